@@ -1,0 +1,251 @@
+"""Streaming minibatch CKA for whole layer-by-layer matrices (Nguyen et al. 2020).
+
+For k minibatches of m examples, with K_i, L_i the linear Grams of batch i:
+
+    CKA_mb(A, B) = sum_i HSIC_1(K_i, L_i) / sqrt( sum_i HSIC_1(K_i, K_i) * sum_i HSIC_1(L_i, L_i) )
+
+where HSIC_1 is the unbiased estimator. Per batch, each layer's Gram is formed once and
+U-centered; stacking them as rows of G (one row per layer, m*m columns) gives every
+pair's HSIC_1 in one matrix product G_a @ G_b^T. Only these sums are kept, never the
+activations, so memory does not grow with the number of images, and two accumulators
+that saw different images can be merged exactly (or summed across processes/GPUs).
+
+    acc = MinibatchCKA(["block0", "block1"], ["layer1", "layer2"])
+    for images in loader:
+        acc.update({"block0": f0, "block1": f1}, {"layer1": g1, "layer2": g2})
+    result = acc.result()      # CKAMatrix: rows = A's layers, columns = B's layers
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+
+ESTIMATOR = "minibatch linear CKA, unbiased HSIC (Nguyen et al. 2020)"
+
+
+# --------------------------------------------------------------------------- the result
+
+
+@dataclass
+class CKAMatrix:
+    """A labelled CKA matrix: values[i, j] compares row layer i (model A) with column layer j (model B)."""
+
+    values: np.ndarray
+    rows: list
+    cols: list
+    estimator: str = ESTIMATOR
+    n_examples: int = 0
+    n_batches: int = 0
+    meta: dict = field(default_factory=dict)  # free-form: model names, token policy, images, ...
+
+    def __post_init__(self):
+        self.values = np.asarray(self.values, dtype=np.float64)
+        if self.values.shape != (len(self.rows), len(self.cols)):
+            raise ValueError(f"values have shape {self.values.shape} but there are {len(self.rows)} row and {len(self.cols)} column names.")
+
+    def __repr__(self):
+        return (f"CKAMatrix({len(self.rows)} x {len(self.cols)}, {self.estimator}, "
+                f"{self.n_examples} examples in {self.n_batches} batches)")
+
+    def cell(self, row: str, col: str) -> float:
+        """The CKA value of one named pair."""
+        return float(self.values[self.rows.index(row), self.cols.index(col)])
+
+    def save(self, path) -> Path:
+        """Write values and labels to an .npz file (metadata stored as JSON inside)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        info = dict(rows=self.rows, cols=self.cols, estimator=self.estimator,
+                    n_examples=self.n_examples, n_batches=self.n_batches, meta=self.meta)
+        np.savez(path, values=self.values, info=np.array(json.dumps(info)))
+        return path
+
+    @classmethod
+    def load(cls, path) -> "CKAMatrix":
+        """Read a matrix written by `save`."""
+        with np.load(path, allow_pickle=False) as f:
+            info = json.loads(str(f["info"]))
+            return cls(values=f["values"], **info)
+
+
+# --------------------------------------------------------------------------- per-batch math
+
+
+def flatten_examples(features: torch.Tensor, name: str) -> torch.Tensor:
+    """(m, ...) activations -> (m, p) float32 rows, checked for NaN/inf."""
+    if not isinstance(features, torch.Tensor):
+        features = torch.as_tensor(np.asarray(features))
+    if features.ndim < 2:
+        raise ValueError(f"Layer '{name}': expected (examples, features...) but got shape {tuple(features.shape)}.")
+    X = features.detach().reshape(features.shape[0], -1)
+    if not X.is_floating_point() or X.dtype in (torch.float16, torch.bfloat16):
+        X = X.float()  # Grams of half-precision features lose too many digits
+    if not torch.isfinite(X).all():
+        raise ValueError(f"Layer '{name}' produced NaN or inf values in this batch. Check the model and its inputs (e.g. mixed precision overflow).")
+    return X
+
+
+def centered_gram(X: torch.Tensor) -> torch.Tensor:
+    """(m, p) features -> (m, m) linear Gram of the column-centered features.
+
+    Centering first is what keeps float32 exact enough: HSIC_1 ignores a shared offset in
+    exact arithmetic, but with a large offset (say mean 50) the Gram's entries are huge and
+    the U-centering cancels away every significant digit. The mean is taken in float64.
+    """
+    Xc = X - X.mean(0, dtype=torch.float64).to(X.dtype)
+    return Xc @ Xc.T
+
+
+def u_center_stack(grams: torch.Tensor) -> torch.Tensor:
+    """(L, m, m) Grams -> (L, m*m): each U-centered and flattened into one row.
+
+    Row l of the result dotted with row l' of another, divided by m(m-3), is HSIC_1.
+    """
+    L, m, _ = grams.shape
+    G = grams.clone()
+    G.diagonal(dim1=1, dim2=2).zero_()
+    means = G.sum(1) / (m - 2)  # (L, m)
+    means = means - means.sum(1, keepdim=True) / (2 * (m - 1))
+    G = G - means[:, :, None] - means[:, None, :]
+    G.diagonal(dim1=1, dim2=2).zero_()
+    return G.reshape(L, m * m)
+
+
+# --------------------------------------------------------------------------- the accumulator
+
+
+def _check_names(names: Sequence[str], which: str) -> list:
+    names = list(names)
+    if not names:
+        raise ValueError(f"{which}: give at least one layer name.")
+    seen = set()
+    for n in names:
+        if n in seen:
+            raise ValueError(f"{which}: layer name '{n}' is given twice. Each layer must appear once.")
+        seen.add(n)
+    return names
+
+
+class MinibatchCKA:
+    """Accumulates minibatch CKA for every (layer of A, layer of B) pair.
+
+    names_a: layer names of model A (matrix rows).
+    names_b: layer names of model B (matrix columns); None compares A's layers with each other,
+             forming each Gram once.
+    """
+
+    def __init__(self, names_a: Sequence[str], names_b: Sequence[str] | None = None):
+        self.names_a = _check_names(names_a, "names_a")
+        self.within = names_b is None
+        self.names_b = self.names_a if self.within else _check_names(names_b, "names_b")
+        self.cross = None    # (La, Lb) float64: sum over batches of HSIC_1(K_a, L_b)
+        self.self_a = None   # (La,) float64: sum of HSIC_1(K_a, K_a)
+        self.self_b = None   # (Lb,) float64
+        self.n_examples = 0
+        self.n_batches = 0
+
+    # -- feeding batches
+
+    def _stack(self, features, names, which) -> torch.Tensor:
+        """Features for one batch (dict name -> tensor, or a list in `names` order) -> (L, m*m)."""
+        if isinstance(features, Mapping):
+            missing = [n for n in names if n not in features]
+            if missing:
+                raise KeyError(f"{which}: no features for layer(s) {missing}; got {list(features)}. Pass one tensor per layer name.")
+            features = [features[n] for n in names]
+        elif len(features) != len(names):
+            raise ValueError(f"{which}: got {len(features)} feature tensors for {len(names)} layer names.")
+        rows = [flatten_examples(f, n) for f, n in zip(features, names)]
+        sizes = {r.shape[0] for r in rows}
+        if len(sizes) > 1:
+            raise ValueError(f"{which}: layers have different numbers of examples in this batch ({sorted(sizes)}). Every layer must see the same images.")
+        m = rows[0].shape[0]
+        if m < 4:
+            raise ValueError(f"A batch of {m} examples is too small: unbiased HSIC needs at least 4 per batch (use 64 or more for a useful estimate).")
+        dtype = torch.promote_types(rows[0].dtype, torch.float32)
+        grams = torch.stack([centered_gram(r.to(dtype)) for r in rows])
+        return u_center_stack(grams)
+
+    def update(self, features_a, features_b=None) -> None:
+        """Add one minibatch.
+
+        features_a: dict layer name -> (m, ...) activations of model A (or a list in names_a order).
+        features_b: the same for model B, for the same m images in the same order;
+                    leave it None when comparing A with itself.
+        """
+        G_a = self._stack(features_a, self.names_a, "model A")
+        if self.within:
+            if features_b is not None:
+                raise ValueError("This accumulator compares model A with itself (names_b=None); do not pass features_b.")
+            G_b = G_a
+        else:
+            if features_b is None:
+                raise ValueError("This accumulator compares two models: pass features_b for the same images.")
+            G_b = self._stack(features_b, self.names_b, "model B")
+            if G_b.shape[1] != G_a.shape[1]:
+                raise ValueError(f"Model A saw {int(G_a.shape[1] ** 0.5)} examples in this batch, model B {int(G_b.shape[1] ** 0.5)}. Feed both the same images.")
+        m = int(round(G_a.shape[1] ** 0.5))
+        scale = 1.0 / (m * (m - 3))
+        cross = (G_a @ G_b.T).double() * scale                  # every pair in one product
+        self_a = (G_a * G_a).sum(1, dtype=torch.float64) * scale
+        self_b = cross.diagonal().clone() if self.within else (G_b * G_b).sum(1, dtype=torch.float64) * scale
+        if self.within:
+            self_a = self_b  # the same numbers, so the diagonal of the result is exactly 1
+        self._add(cross, self_a, self_b, m, 1)
+
+    def _add(self, cross, self_a, self_b, n_examples, n_batches):
+        if self.cross is None:
+            self.cross, self.self_a, self.self_b = cross.clone(), self_a.clone(), self_b.clone()
+        else:
+            self.cross += cross.to(self.cross.device)
+            self.self_a += self_a.to(self.self_a.device)
+            self.self_b += self_b.to(self.self_b.device)
+        self.n_examples += n_examples
+        self.n_batches += n_batches
+
+    # -- combining accumulators
+
+    def merge(self, other: "MinibatchCKA") -> "MinibatchCKA":
+        """Add the sums of another accumulator that saw *different* images. Returns self."""
+        if (other.names_a, other.names_b, other.within) != (self.names_a, self.names_b, self.within):
+            raise ValueError("Can only merge accumulators over the same layer names.")
+        if other.cross is not None:
+            self._add(other.cross, other.self_a, other.self_b, other.n_examples, other.n_batches)
+        return self
+
+    def all_reduce(self, group=None) -> "MinibatchCKA":
+        """Sum the state over all processes of torch.distributed (each saw its own images)."""
+        import torch.distributed as dist
+
+        if self.cross is None:
+            raise RuntimeError("all_reduce before any update: every process must see at least one batch.")
+        packed = torch.cat([self.cross.reshape(-1), self.self_a, self.self_b,
+                            torch.tensor([self.n_examples, self.n_batches], dtype=torch.float64, device=self.cross.device)])
+        dist.all_reduce(packed, op=dist.ReduceOp.SUM, group=group)
+        La, Lb = len(self.names_a), len(self.names_b)
+        self.cross = packed[: La * Lb].reshape(La, Lb)
+        self.self_a = packed[La * Lb: La * Lb + La]
+        self.self_b = packed[La * Lb + La: La * Lb + La + Lb]
+        self.n_examples, self.n_batches = int(packed[-2]), int(packed[-1])
+        return self
+
+    # -- the answer
+
+    def result(self, meta: dict | None = None) -> CKAMatrix:
+        """The CKA matrix so far: rows = A's layers, columns = B's layers."""
+        if self.cross is None:
+            raise RuntimeError("No batches yet: call update() with at least one batch of features first.")
+        for sums, names in ((self.self_a, self.names_a), (self.self_b, self.names_b)):
+            dead = [n for n, s in zip(names, sums.tolist()) if s <= 0]
+            if dead:
+                raise ValueError(f"Layer(s) {dead} have zero variance over the images seen (every image gives the same "
+                                 "representation), so CKA is undefined. Drop them or check what they compute.")
+        values = self.cross / torch.sqrt(self.self_a[:, None] * self.self_b[None, :])
+        return CKAMatrix(values.cpu().numpy(), list(self.names_a), list(self.names_b), ESTIMATOR,
+                         self.n_examples, self.n_batches, dict(meta or {}))

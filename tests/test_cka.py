@@ -1,0 +1,133 @@
+"""Known answers, invariances and input errors of helpers.cka (the full-batch reference)."""
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import cka as C
+
+
+@pytest.fixture
+def kornblith_xy():
+    """The data of Kornblith et al.'s reference demo notebook."""
+    np.random.seed(1337)
+    X = np.random.randn(100, 10)
+    Y = np.random.randn(100, 10) + X
+    return X, Y
+
+
+# ---------------------------------------------------------------- known answers
+
+
+def test_kornblith_demo_values(kornblith_xy):
+    X, Y = kornblith_xy
+    assert C.cka(C.gram_linear(X), C.gram_linear(Y)) == pytest.approx(0.55761, abs=5e-6)
+    assert C.rbf_cka(X, Y, threshold=0.5) == pytest.approx(0.65483, abs=5e-6)
+    assert C.cka(C.gram_linear(X), C.gram_linear(Y), debiased=True) == pytest.approx(0.51346, abs=5e-6)
+
+
+def test_feature_space_form_agrees_with_gram_form(kornblith_xy):
+    X, Y = kornblith_xy
+    for debiased in (False, True):
+        gram_form = C.cka(C.gram_linear(X), C.gram_linear(Y), debiased=debiased)
+        assert C.linear_cka(X, Y, debiased=debiased) == pytest.approx(gram_form, abs=1e-12)
+
+
+def test_unbiased_hsic_equals_dot_of_u_centered_grams(kornblith_xy):
+    X, Y = kornblith_xy
+    K, L = C.gram_linear(X), C.gram_linear(Y)
+    n = len(X)
+    via_u_centering = (C.center_gram(K, unbiased=True) * C.center_gram(L, unbiased=True)).sum() / (n * (n - 3))
+    assert C.hsic_unbiased(K, L) == pytest.approx(via_u_centering, rel=1e-12)
+
+
+def test_biased_hsic_equals_feature_centering(kornblith_xy):
+    """tr(KHLH)/(n-1)^2 = ||Yc^T Xc||_F^2 / (n-1)^2 for linear kernels."""
+    X, Y = kornblith_xy
+    Xc, Yc = X - X.mean(0), Y - Y.mean(0)
+    expected = np.sum((Yc.T @ Xc) ** 2) / (len(X) - 1) ** 2
+    assert C.hsic(C.gram_linear(X), C.gram_linear(Y)) == pytest.approx(expected, rel=1e-12)
+
+
+def test_unbiased_hsic_is_unbiased_for_independent_data():
+    """For independent X and Y the true HSIC is 0: the unbiased estimate averages near 0, the biased one does not."""
+    rng = np.random.default_rng(0)
+    biased, unbiased = [], []
+    for _ in range(200):
+        K = C.gram_linear(rng.normal(size=(20, 5)))
+        L = C.gram_linear(rng.normal(size=(20, 5)))
+        biased.append(C.hsic(K, L))
+        unbiased.append(C.hsic_unbiased(K, L))
+    # the biased mean is about p1*p2/n = 1.3 here; the unbiased one is 0 within its standard error
+    assert np.mean(biased) > 0.5
+    assert abs(np.mean(unbiased)) < 3 * np.std(unbiased) / np.sqrt(len(unbiased))
+
+
+def test_rbf_bandwidth_uses_numpy_median_over_full_matrix():
+    X = np.random.default_rng(1).normal(size=(6, 3))
+    sq = ((X[:, None] - X[None]) ** 2).sum(-1)
+    sigma_sq = 0.7**2 * np.median(sq)  # even number of entries: mean of the two middle ones
+    np.testing.assert_allclose(C.gram_rbf(X, 0.7), np.exp(-sq / (2 * sigma_sq)), atol=1e-12)
+
+
+# ---------------------------------------------------------------- invariances
+
+
+def test_invariant_to_orthogonal_transform_and_isotropic_scaling(kornblith_xy):
+    X, Y = kornblith_xy
+    base = C.linear_cka(X, Y)
+    Q, _ = np.linalg.qr(np.random.default_rng(2).normal(size=(10, 10)))
+    assert C.linear_cka(X @ Q, Y) == pytest.approx(base, abs=1e-12)
+    assert C.linear_cka(1.337 * X, Y) == pytest.approx(base, abs=1e-12)
+    assert C.rbf_cka(X @ Q, Y, 0.5) == pytest.approx(C.rbf_cka(X, Y, 0.5), abs=1e-10)
+    assert C.linear_cka(X + 5.0, Y) == pytest.approx(base, abs=1e-12)  # centering removes offsets
+
+
+def test_not_invariant_to_arbitrary_invertible_map(kornblith_xy):
+    X, Y = kornblith_xy
+    A = np.random.default_rng(3).normal(size=(10, 10))
+    assert abs(np.linalg.det(A)) > 1e-3
+    assert abs(C.linear_cka(X @ A, Y) - C.linear_cka(X, Y)) > 0.01
+
+
+def test_self_similarity_is_one(kornblith_xy):
+    X, _ = kornblith_xy
+    for debiased in (False, True):
+        assert C.linear_cka(X, X, debiased) == pytest.approx(1.0, abs=1e-12)
+        assert C.cka(C.gram_rbf(X), C.gram_rbf(X), debiased) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_numpy_and_torch_give_the_same_answers(kornblith_xy):
+    X, Y = kornblith_xy
+    Xt, Yt = torch.from_numpy(X).float(), torch.from_numpy(Y).float()
+    K = C.gram_linear(Xt)
+    assert isinstance(K, torch.Tensor) and isinstance(C.gram_linear(X), np.ndarray)
+    assert C.linear_cka(Xt, Yt) == pytest.approx(C.linear_cka(X, Y), abs=1e-6)
+    assert C.cka(K, C.gram_linear(Yt), debiased=True) == pytest.approx(0.51346, abs=1e-5)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda X, Y: C.linear_cka(X, Y[:50]), "same examples|SAME examples"),
+    (lambda X, Y: C.cka(C.gram_linear(X), C.gram_linear(Y[:50])), "SAME examples"),
+    (lambda X, Y: C.linear_cka(X[:3], Y[:3], debiased=True), "at least 4"),
+    (lambda X, Y: C.hsic_unbiased(C.gram_linear(X[:3]), C.gram_linear(Y[:3])), "at least 4"),
+    (lambda X, Y: C.linear_cka(np.where(X > 2, np.nan, X), Y), "NaN"),
+    (lambda X, Y: C.linear_cka(np.where(X > 2, np.inf, X), Y), "NaN or inf"),
+    (lambda X, Y: C.linear_cka(np.ones_like(X), Y), "zero variance"),
+    (lambda X, Y: C.linear_cka(X.reshape(100, 2, 5), Y), "2-D"),
+    (lambda X, Y: C.cka(X, Y), "square"),
+])
+def test_bad_input_gives_clear_error(kornblith_xy, call, message):
+    X, Y = kornblith_xy
+    with pytest.raises(ValueError, match=message):
+        call(X, Y)
+
+
+def test_no_clamping_debiased_cka_can_leave_0_1():
+    """Debiased CKA of small independent samples is sometimes negative: we report it, never clip."""
+    rng = np.random.default_rng(4)
+    values = [C.linear_cka(rng.normal(size=(8, 3)), rng.normal(size=(8, 3)), debiased=True) for _ in range(50)]
+    assert min(values) < 0

@@ -1,0 +1,172 @@
+"""The streaming accumulator: agreement with full-batch CKA, float32 safety, invariances, merging, errors."""
+
+import os
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from helpers import cka as C
+from helpers.minibatch_cka import CKAMatrix, MinibatchCKA
+
+
+def make_layers(n=512, seed=0):
+    """Three related 'layers' of n examples with different widths, as float64 tensors."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 20, generator=g, dtype=torch.float64)
+    return {
+        "a": x,
+        "b": torch.tanh(x @ torch.randn(20, 30, generator=g, dtype=torch.float64)),
+        "c": x[:, :5] + 0.5 * torch.randn(n, 5, generator=g, dtype=torch.float64),
+    }
+
+
+def run(acc, layers_a, layers_b=None, batch=128, order=None):
+    n = next(iter(layers_a.values())).shape[0]
+    starts = list(range(0, n, batch))
+    if order is not None:
+        starts = [starts[i] for i in order]
+    for s in starts:
+        fa = {k: v[s:s + batch] for k, v in layers_a.items()}
+        fb = None if layers_b is None else {k: v[s:s + batch] for k, v in layers_b.items()}
+        acc.update(fa, fb)
+    return acc.result()
+
+
+def test_one_batch_equals_debiased_cka():
+    layers = make_layers(n=300)
+    result = run(MinibatchCKA(list(layers)), layers, batch=300)
+    for i, a in enumerate(layers):
+        for j, b in enumerate(layers):
+            expected = C.linear_cka(layers[a], layers[b], debiased=True)
+            assert result.values[i, j] == pytest.approx(expected, abs=1e-6)
+
+
+def test_many_batches_equal_the_sum_formula():
+    """CKA_mb = sum_i HSIC1(K_i, L_i) / sqrt(sum_i HSIC1(K_i, K_i) sum_i HSIC1(L_i, L_i)), written out by hand."""
+    layers = make_layers()
+    result = run(MinibatchCKA(["a", "c"], ["b"]), {k: layers[k] for k in "ac"}, {"b": layers["b"]}, batch=128)
+    for i, a in enumerate("ac"):
+        sums = np.zeros(3)
+        for s in range(0, 512, 128):
+            K, L = C.gram_linear(layers[a][s:s + 128]), C.gram_linear(layers["b"][s:s + 128])
+            sums += [C.hsic_unbiased(K, L), C.hsic_unbiased(K, K), C.hsic_unbiased(L, L)]
+        assert result.values[i, 0] == pytest.approx(sums[0] / np.sqrt(sums[1] * sums[2]), abs=1e-6)
+    assert (result.rows, result.cols, result.n_examples, result.n_batches) == (["a", "c"], ["b"], 512, 4)
+
+
+def test_minibatch_estimate_is_close_to_full_batch():
+    layers = make_layers(n=2048, seed=5)
+    result = run(MinibatchCKA(list(layers)), layers, batch=256)
+    full = C.linear_cka(layers["a"], layers["b"], debiased=True)
+    assert result.cell("a", "b") == pytest.approx(full, abs=0.02)
+
+
+def test_float32_with_large_offset_matches_float64():
+    """Without per-batch centering this case cancels catastrophically in float32 (it gives NaN)."""
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(1024, 768, generator=g, dtype=torch.float64) + 50.0
+    Y = 0.5 * X + torch.randn(1024, 768, generator=g, dtype=torch.float64) + 50.0
+    r64 = run(MinibatchCKA(["x"], ["y"]), {"x": X}, {"y": Y}, batch=256).values
+    r32 = run(MinibatchCKA(["x"], ["y"]), {"x": X.float()}, {"y": Y.float()}, batch=256).values
+    assert np.isfinite(r32).all()
+    assert abs(r32[0, 0] - r64[0, 0]) < 1e-4
+
+
+def test_self_similarity_is_exactly_one():
+    layers = {k: v.float() for k, v in make_layers().items()}
+    within = run(MinibatchCKA(list(layers)), layers)
+    np.testing.assert_allclose(np.diag(within.values), 1.0, atol=1e-6)
+    across = run(MinibatchCKA(list(layers), list(layers)), layers, layers)
+    np.testing.assert_allclose(np.diag(across.values), 1.0, atol=1e-6)
+    np.testing.assert_allclose(within.values, across.values, atol=1e-6)
+    np.testing.assert_allclose(within.values, within.values.T, atol=1e-12)
+
+
+def test_scale_and_batch_order_do_not_matter():
+    layers = make_layers()
+    base = run(MinibatchCKA(list(layers)), layers).values
+    for scale in (1e-3, 1e3):
+        scaled = {k: (v * scale).float() for k, v in layers.items()}
+        np.testing.assert_allclose(run(MinibatchCKA(list(layers)), scaled).values, base, atol=1e-5)
+    shuffled = run(MinibatchCKA(list(layers)), layers, order=[3, 1, 0, 2]).values
+    np.testing.assert_allclose(shuffled, base, atol=1e-12)
+
+
+def test_feature_maps_are_flattened():
+    g = torch.Generator().manual_seed(1)
+    maps = torch.randn(64, 3, 4, 4, generator=g)
+    result = run(MinibatchCKA(["map"], ["flat"]), {"map": maps}, {"flat": maps.reshape(64, -1)}, batch=64)
+    assert result.values[0, 0] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_merge_is_exact():
+    layers = make_layers()
+    whole = MinibatchCKA(list(layers))
+    run(whole, layers)
+    first, second = MinibatchCKA(list(layers)), MinibatchCKA(list(layers))
+    run(first, {k: v[:256] for k, v in layers.items()})
+    run(second, {k: v[256:] for k, v in layers.items()})
+    merged = first.merge(second).result()
+    np.testing.assert_allclose(merged.values, whole.result().values, atol=1e-12)
+    assert (merged.n_examples, merged.n_batches) == (512, 4)
+
+
+def _distributed_worker(rank, world_size, init_file, out_file):
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+    layers = make_layers()
+    half = {k: v[rank * 256:(rank + 1) * 256] for k, v in layers.items()}
+    acc = MinibatchCKA(list(layers))
+    run(acc, half)
+    result = acc.all_reduce().result()
+    if rank == 0:
+        result.save(out_file)
+    dist.destroy_process_group()
+
+
+def test_all_reduce_across_two_processes_is_exact(tmp_path):
+    out = tmp_path / "result.npz"
+    mp.spawn(_distributed_worker, args=(2, str(tmp_path / "init"), str(out)), nprocs=2, join=True)
+    whole = MinibatchCKA(list(make_layers()))
+    expected = run(whole, make_layers())
+    got = CKAMatrix.load(out)
+    np.testing.assert_allclose(got.values, expected.values, atol=1e-12)
+    assert got.n_examples == 512 and got.n_batches == 4
+
+
+def test_save_and_load_round_trip(tmp_path):
+    layers = make_layers()
+    result = run(MinibatchCKA(list(layers)), layers)
+    result.meta = {"model": "toy", "token_policy": "all"}
+    loaded = CKAMatrix.load(result.save(tmp_path / "m.npz"))
+    np.testing.assert_array_equal(loaded.values, result.values)
+    assert (loaded.rows, loaded.meta, loaded.estimator) == (result.rows, result.meta, result.estimator)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_bad_input_gives_clear_errors():
+    x = torch.randn(32, 5)
+    with pytest.raises(ValueError, match="twice"):
+        MinibatchCKA(["a", "a"])
+    with pytest.raises(ValueError, match="at least 4"):
+        MinibatchCKA(["a"]).update({"a": x[:3]})
+    with pytest.raises(ValueError, match="same images|Feed both"):
+        MinibatchCKA(["a"], ["b"]).update({"a": x}, {"b": x[:16]})
+    with pytest.raises(ValueError, match="different numbers of examples"):
+        MinibatchCKA(["a", "b"]).update({"a": x, "b": x[:16]})
+    with pytest.raises(ValueError, match="NaN"):
+        MinibatchCKA(["a"]).update({"a": torch.where(x > 1, float("nan"), x)})
+    with pytest.raises(KeyError, match="no features"):
+        MinibatchCKA(["a", "b"]).update({"a": x})
+    with pytest.raises(ValueError, match="pass features_b"):
+        MinibatchCKA(["a"], ["b"]).update({"a": x})
+    with pytest.raises(RuntimeError, match="No batches"):
+        MinibatchCKA(["a"]).result()
+    acc = MinibatchCKA(["dead", "alive"])
+    acc.update({"dead": torch.ones(32, 5), "alive": x})
+    with pytest.raises(ValueError, match=r"\['dead'\].*zero variance"):
+        acc.result()
