@@ -1,0 +1,79 @@
+"""Attention probabilities of timm ViTs and the paper's mean attention distance (Fig. 3).
+
+timm computes attention with a fused kernel by default, which never materialises the
+probabilities, so a hook on `attn.attn_drop` would silently never fire. `attention_maps`
+switches the explicit path on for the duration of the call and restores the model afterwards.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+
+
+@contextmanager
+def explicit_attention(model):
+    """Within the block, every timm Attention module computes softmax(q k^T) explicitly."""
+    modules = [m for m in model.modules() if hasattr(m, "fused_attn") and hasattr(m, "attn_drop")]
+    saved = [m.fused_attn for m in modules]
+    try:
+        for m in modules:
+            m.fused_attn = False
+        yield modules
+    finally:
+        for m, flag in zip(modules, saved):
+            m.fused_attn = flag
+
+
+@torch.no_grad()
+def attention_maps(model, images: torch.Tensor) -> list:
+    """Attention probabilities of every block.
+
+    images: (B, 3, H, W) preprocessed input. Returns a list (one per block) of (B, heads, N, N)
+    tensors, N = prefix tokens + patches; each row sums to 1.
+    """
+    captured = {}
+    with explicit_attention(model) as modules:
+        if not modules:
+            raise ValueError("This model has no timm Attention modules: attention maps exist only for timm ViTs.")
+        handles = [m.attn_drop.register_forward_hook(
+            lambda _mod, _inp, out, i=i: captured.__setitem__(i, out.detach().clone()))
+            for i, m in enumerate(modules)]
+        try:
+            model(images)
+        finally:
+            for h in handles:
+                h.remove()
+    if len(captured) != len(modules):
+        raise RuntimeError(f"Only {len(captured)} of {len(modules)} attention hooks fired. "
+                           "Is this a timm VisionTransformer whose Attention uses `attn_drop`?")
+    return [captured[i] for i in range(len(modules))]
+
+
+def patch_distances(grid: int, patch_size: int) -> torch.Tensor:
+    """(grid*grid, grid*grid) distances in pixels between patch centres, row-major patch order."""
+    rc = torch.stack(torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij"), -1).reshape(-1, 2)
+    return torch.cdist(rc.double(), rc.double()) * patch_size
+
+
+def mean_attention_distance(attn: torch.Tensor, patch_size: int, num_prefix_tokens: int) -> torch.Tensor:
+    """Mean attention distance per head, in pixels (Raghu et al. Fig. 3; Dosovitskiy et al. Fig. 11).
+
+    attn: (B, heads, N, N) probabilities with `num_prefix_tokens` prefix tokens (CLS) first.
+    CLS handling (the paper does not say): queries and keys are the patch tokens only, and each
+    query's attention is renormalised over the patch keys, so a head that mostly attends to CLS
+    is judged by where the rest of its attention goes. Returns (heads,) float64.
+    """
+    patches = attn[:, :, num_prefix_tokens:, num_prefix_tokens:].double()
+    grid = int(round(patches.shape[-1] ** 0.5))
+    if grid * grid != patches.shape[-1]:
+        raise ValueError(f"{patches.shape[-1]} patch tokens do not form a square grid; check num_prefix_tokens.")
+    patches = patches / patches.sum(-1, keepdim=True)
+    per_query = (patches * patch_distances(grid, patch_size).to(patches.device)).sum(-1)  # (B, heads, P)
+    return per_query.mean(dim=(0, 2))
+
+
+def uniform_attention_distance(grid: int, patch_size: int) -> float:
+    """The mean distance of a head that attends uniformly to all patches: the 'fully global' reference."""
+    return float(patch_distances(grid, patch_size).mean())

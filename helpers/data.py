@@ -1,0 +1,115 @@
+"""Images for the analyses, on either track, preprocessed the way each model expects.
+
+    images = image_set("shapes", count=2048)            # lite track: generated, no download
+    images = image_set("imagenette", count=5000)        # full track: torchvision download (~1.5 GB)
+    images = image_set("cifar10") / image_set("path/to/folder")
+    for batch in batches(images, model, batch_size=256):   # (B, 3, H, W) float, normalised for `model`
+        ...
+
+Preprocessing always comes from the model's own pretrained config (timm's resolve_data_config):
+resize, crop and mean/std exactly as the model was trained, never constants copied by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from helpers import shapes
+from helpers.course import DATA_DIR
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+DOWNLOAD_DIR = DATA_DIR / "downloads"  # git-ignored
+
+
+@dataclass
+class ImageSet:
+    """A fixed, ordered set of images. get(i) returns a PIL image (full track) or a uint8 tensor (shapes)."""
+
+    name: str
+    count: int
+    get: callable
+    labels: list | None = None
+
+    def __len__(self):
+        return self.count
+
+
+def _shapes_set(count: int, split: str) -> ImageSet:
+    images, labels = shapes.load_split(split, count=count)
+    return ImageSet("shapes", len(images), lambda i: images[i], labels.tolist())
+
+
+def _torchvision_set(name: str, count: int | None, download: bool) -> ImageSet:
+    import torchvision
+
+    root = DOWNLOAD_DIR / name
+    try:
+        if name == "imagenette":
+            dataset = torchvision.datasets.Imagenette(str(root), split="val", size="320px", download=download and not (root / "imagenette2-320").exists())
+        else:
+            dataset = torchvision.datasets.CIFAR10(str(root), train=False, download=download)
+    except Exception as error:  # no network, or an interrupted download
+        raise RuntimeError(f"Could not get the {name} images ({type(error).__name__}: {str(error)[:150]}). "
+                           "Offline? Use the lite track's 'shapes' images, or image_set('path/to/your/folder').") from None
+    n = len(dataset) if count is None else min(count, len(dataset))
+    return ImageSet(name, n, lambda i: dataset[i][0], [dataset[i][1] for i in range(n)] if name == "cifar10" else None)
+
+
+def _folder_set(folder: Path, count: int | None) -> ImageSet:
+    from PIL import Image
+
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder} is not a folder. Give a folder of images, or one of 'shapes', 'imagenette', 'cifar10'.")
+    files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS)
+    if not files:
+        raise ValueError(f"No images found in {folder} (looked for {', '.join(IMAGE_EXTENSIONS)} files, in subfolders too).")
+    files = files if count is None else files[:count]
+    return ImageSet(str(folder), len(files), lambda i: Image.open(files[i]).convert("RGB"))
+
+
+def image_set(source: str, count: int | None = None, split: str = "test", download: bool = True) -> ImageSet:
+    """An ordered image set by name ('shapes', 'imagenette', 'cifar10') or folder path.
+
+    count: how many images (the first `count`, always the same ones). split: for 'shapes' only.
+    """
+    if source == "shapes":
+        return _shapes_set(count or 2048, split)
+    if source in ("imagenette", "cifar10"):
+        return _torchvision_set(source, count, download)
+    return _folder_set(Path(source), count)
+
+
+def preprocess_for(model):
+    """The preprocessing function of a timm model, from its own data config.
+
+    Returns fn(image) -> (3, H, W) float tensor. A uint8 tensor (shapes) is only normalised,
+    a PIL image goes through timm's eval transform (resize, centre crop, normalise).
+    """
+    from timm.data import create_transform, resolve_data_config
+
+    config = resolve_data_config(model=model)
+    pil_transform = create_transform(**config, is_training=False)
+    mean = torch.tensor(config["mean"])[:, None, None]
+    std = torch.tensor(config["std"])[:, None, None]
+
+    def preprocess(image):
+        if isinstance(image, torch.Tensor):
+            if tuple(image.shape[-2:]) != tuple(config["input_size"][-2:]):
+                raise ValueError(f"Image of size {tuple(image.shape[-2:])} but the model expects {config['input_size'][-2:]}. "
+                                 "Use the model's own image set (lite models take 'shapes').")
+            return (image.float() / 255 - mean) / std
+        return pil_transform(image)
+
+    return preprocess
+
+
+def batches(images: ImageSet, model, batch_size: int = 256, device=None):
+    """Yield preprocessed (B, 3, H, W) batches of `images` in order, for `model`."""
+    preprocess = preprocess_for(model)
+    device = device or next(model.parameters()).device
+    for start in range(0, len(images), batch_size):
+        stop = min(start + batch_size, len(images))
+        yield torch.stack([preprocess(images.get(i)) for i in range(start, stop)]).to(device)

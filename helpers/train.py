@@ -1,0 +1,171 @@
+"""Train a lite-zoo model from its recipe and write its checkpoint and model card.
+
+    python -m helpers.train lite-vit                 # reproduces data/models/lite-vit.*
+    python -m helpers.train lite-vit --steps 500 --out /tmp/try    # a quick experiment
+
+The checkpoint is safetensors in float16 (data/models/<name>.safetensors); the card
+(<name>.json) records the recipe, parameter count, test accuracy, training time, the per-head
+attention distances of ViTs, and the exact command that reproduces it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import timm
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+from tqdm.auto import tqdm
+
+from helpers import attention, shapes, zoo
+from helpers.course import DATA_DIR
+
+MODELS_DIR = DATA_DIR / "models"
+
+
+def normalise(images_uint8: torch.Tensor) -> torch.Tensor:
+    """(B, 3, 32, 32) uint8 -> float input with the lite models' mean/std."""
+    mean = torch.tensor(zoo.LITE_MEAN)[None, :, None, None]
+    std = torch.tensor(zoo.LITE_STD)[None, :, None, None]
+    return (images_uint8.float() / 255 - mean) / std
+
+
+def augment(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Random horizontal flips and translations of up to 4 px (reflect padding). images: (B, C, H, W)."""
+    B, _, H, W = images.shape
+    flip = torch.rand(B, generator=generator) < 0.5
+    images = torch.where(flip[:, None, None, None], images.flip(-1), images)
+    padded = F.pad(images, (4, 4, 4, 4), mode="reflect")
+    dy, dx = torch.randint(0, 9, (2, B), generator=generator)
+    rows = (dy[:, None] + torch.arange(H))[:, :, None]  # (B, H, 1)
+    cols = (dx[:, None] + torch.arange(W))[:, None, :]  # (B, 1, W)
+    return padded.permute(0, 2, 3, 1)[torch.arange(B)[:, None, None], rows, cols].permute(0, 3, 1, 2)
+
+
+def lr_at(step: int, recipe: zoo.Recipe) -> float:
+    """Linear warm-up, then cosine decay to zero."""
+    warmup = max(1, int(recipe.warmup_frac * recipe.steps))
+    if step < warmup:
+        return recipe.lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, recipe.steps - warmup)
+    return recipe.lr * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+@torch.no_grad()
+def accuracy(model, images_uint8: torch.Tensor, labels: torch.Tensor, batch: int = 500) -> float:
+    model.eval()
+    correct = 0
+    for s in range(0, len(images_uint8), batch):
+        logits = model(normalise(images_uint8[s:s + batch]))
+        correct += int((logits.argmax(-1) == labels[s:s + batch]).sum())
+    return correct / len(images_uint8)
+
+
+def train(model, recipe: zoo.Recipe, progress: bool = True) -> dict:
+    """Train in place. Returns a small log (steps, seconds, last loss)."""
+    torch.manual_seed(recipe.seed)
+    generator = torch.Generator().manual_seed(recipe.seed)
+    images, labels = shapes.load_split("train", recipe.data_fraction)
+    decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim > 1 and "pos_embed" not in n]
+    no_decay = [p for n, p in model.named_parameters() if p.requires_grad and (p.ndim <= 1 or "pos_embed" in n)]
+    optimiser = torch.optim.AdamW([{"params": decay, "weight_decay": recipe.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=recipe.lr)
+    model.train()
+    start, loss_ema = time.time(), None
+    bar = tqdm(range(recipe.steps), desc="training", disable=not progress, mininterval=5)
+    for step in bar:
+        idx = torch.randint(0, len(images), (recipe.batch_size,), generator=generator)
+        x = normalise(augment(images[idx], generator))
+        loss = F.cross_entropy(model(x), labels[idx], label_smoothing=recipe.label_smoothing)
+        for group in optimiser.param_groups:
+            group["lr"] = lr_at(step, recipe)
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimiser.step()
+        loss_ema = float(loss) if loss_ema is None else 0.98 * loss_ema + 0.02 * float(loss)
+        if step % 50 == 0:
+            bar.set_postfix(loss=f"{loss_ema:.3f}")
+    model.eval()
+    return {"steps": recipe.steps, "train_seconds": round(time.time() - start, 1), "final_loss": round(loss_ema, 4)}
+
+
+def attention_distances(model, recipe: zoo.Recipe, count: int = 500) -> list:
+    """Per block, per head mean attention distance (px) on held-out images."""
+    images, _ = shapes.load_split("test", count=count)
+    maps = attention.attention_maps(model, normalise(images))
+    return [[round(float(d), 2) for d in attention.mean_attention_distance(a, recipe.vit["patch_size"], model.num_prefix_tokens)]
+            for a in maps]
+
+
+CHECK_IMAGES = 2000  # the held-out images the test suite re-evaluates every checkpoint on
+
+
+def check_accuracy(model) -> float:
+    """Accuracy on the first CHECK_IMAGES test images: recorded in the card, re-checked by the tests."""
+    images, labels = shapes.load_split("test", count=CHECK_IMAGES)
+    return round(accuracy(model, images, labels), 4)
+
+
+def to_fp16_and_back(model) -> None:
+    """Round the weights through float16, as stored, so the card reports the accuracy users get."""
+    with torch.no_grad():
+        for t in list(model.parameters()) + list(model.buffers()):
+            if t.is_floating_point():
+                t.copy_(t.half().float())
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("name", choices=sorted(zoo.ZOO), help="which zoo model to train")
+    parser.add_argument("--steps", type=int, help="override the recipe's number of steps (experiments)")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads for torch (default 2)")
+    parser.add_argument("--out", type=Path, default=MODELS_DIR, help="folder for <name>.safetensors and <name>.json")
+    args = parser.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    recipe = zoo.ZOO[args.name] if args.steps is None else replace(zoo.ZOO[args.name], steps=args.steps)
+    model = zoo.build(recipe)
+    log = train(model, recipe)
+    to_fp16_and_back(model)
+    test_images, test_labels = shapes.load_split("test")
+    card = {
+        "name": args.name,
+        "architecture": f"timm {type(model).__name__}",
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "recipe": recipe.describe(),
+        "test_accuracy": round(accuracy(model, test_images, test_labels), 4),
+        "test_images": len(test_labels),
+        "check_accuracy": check_accuracy(model),
+        "check_images": CHECK_IMAGES,
+        **log,
+        "threads": args.threads,
+        "command": "python -m helpers.train " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "versions": {"torch": torch.__version__, "timm": timm.__version__, "python": platform.python_version()},
+        "weights": "float16 safetensors; load with helpers.models.load",
+    }
+    if recipe.arch == "vit":
+        grid = shapes.IMAGE_SIZE // recipe.vit["patch_size"]
+        card["attention_distance_px"] = attention_distances(model, recipe)
+        card["uniform_attention_distance_px"] = round(attention.uniform_attention_distance(grid, recipe.vit["patch_size"]), 2)
+    args.out.mkdir(parents=True, exist_ok=True)
+    save_file({k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in model.state_dict().items()}, str(args.out / f"{args.name}.safetensors"),
+              metadata={"name": args.name})
+    (args.out / f"{args.name}.json").write_text(json.dumps(card, indent=2) + "\n")
+    print(json.dumps({k: card[k] for k in ("name", "test_accuracy", "train_seconds")}))
+    if "attention_distance_px" in card:
+        for b, heads in enumerate(card["attention_distance_px"]):
+            print(f"block {b}: " + " ".join(f"{d:5.1f}" for d in heads) + f"   (uniform {card['uniform_attention_distance_px']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

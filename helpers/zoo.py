@@ -1,0 +1,137 @@
+"""The lite model zoo: small ViTs and ResNets built from timm's own classes, and their recipes.
+
+Module names match the full-size timm models (`blocks.3.attn`, `layer2.1`, ...), so every hook,
+preset and analysis works on both tracks. `build(name)` makes an untrained model;
+helpers.train trains it; helpers.models.load loads the bundled weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+import torch
+from timm.models.resnet import BasicBlock, ResNet
+from timm.models.vision_transformer import Block, VisionTransformer
+
+from helpers import shapes
+
+# Normalisation of the lite models' inputs, stored in each model's pretrained_cfg so that
+# timm's resolve_data_config reads it exactly as it reads a hub model's.
+LITE_MEAN = (0.5, 0.5, 0.5)
+LITE_STD = (0.25, 0.25, 0.25)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything that defines one bundled model: architecture, data and training schedule."""
+
+    arch: str                      # "vit" or "resnet"
+    seed: int = 0
+    data_fraction: float = 1.0     # nested prefix of the shapes training set
+    steps: int = 6000              # optimisation steps (the same for every data fraction)
+    batch_size: int = 128
+    lr: float = 2e-3
+    weight_decay: float = 0.05
+    warmup_frac: float = 0.03
+    label_smoothing: float = 0.1
+    vit: dict = field(default_factory=lambda: dict(embed_dim=64, depth=6, num_heads=4, mlp_ratio=2.0,
+                                                   patch_size=4, class_token=True, global_pool="token",
+                                                   pos_embed="sincos", no_skip_block=None))
+    resnet: dict = field(default_factory=lambda: dict(layers=(2, 2, 2, 2), channels=(32, 64, 128, 256),
+                                                      stem_width=16))
+
+    def describe(self) -> dict:
+        d = asdict(self)
+        d.pop("resnet" if self.arch == "vit" else "vit")
+        return d
+
+
+def _vit(**changes) -> Recipe:
+    base = Recipe(arch="vit")
+    return replace(base, vit={**base.vit, **changes.pop("vit", {})}, **changes)
+
+
+ZOO: dict[str, Recipe] = {
+    "lite-vit": _vit(),
+    "lite-vit-seed1": _vit(seed=1),
+    "lite-vit-gap": _vit(vit=dict(class_token=False, global_pool="avg")),
+    "lite-vit-noskip-1": _vit(vit=dict(no_skip_block=1)),
+    "lite-vit-noskip-3": _vit(vit=dict(no_skip_block=3)),
+    "lite-vit-noskip-5": _vit(vit=dict(no_skip_block=5)),
+    "lite-vit-data03": _vit(data_fraction=0.03),
+    "lite-vit-data10": _vit(data_fraction=0.10),
+    "lite-vit-data30": _vit(data_fraction=0.30),
+    "lite-resnet": Recipe(arch="resnet", steps=3000, lr=2e-3),
+    "lite-resnet-seed1": Recipe(arch="resnet", steps=3000, lr=2e-3, seed=1),
+}
+
+
+# --------------------------------------------------------------------------- ViT parts
+
+
+class NoSkipBlock(Block):
+    """A timm ViT block with both residual connections removed (the paper's Fig. 8 models):
+    x = attn(norm1(x)); x = mlp(norm2(x)). Same submodules and names as Block."""
+
+    def forward(self, x, attn_mask=None):
+        x = self.drop_path1(self.ls1(self.attn(self.norm1(x), attn_mask=attn_mask)))
+        return self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+
+
+def sincos_2d(grid: int, dim: int) -> torch.Tensor:
+    """Fixed 2-D sine-cosine position embedding: (grid*grid, dim); half the channels encode the row,
+    half the column, each with sin and cos at geometrically spaced frequencies."""
+    if dim % 4:
+        raise ValueError(f"embed_dim must be divisible by 4 for 2-D sin-cos embeddings, got {dim}.")
+    freqs = 1.0 / (10000 ** (torch.arange(dim // 4, dtype=torch.float64) / (dim // 4)))
+    rows, cols = torch.meshgrid(torch.arange(grid, dtype=torch.float64), torch.arange(grid, dtype=torch.float64), indexing="ij")
+    parts = []
+    for coord in (rows.reshape(-1), cols.reshape(-1)):
+        angles = coord[:, None] * freqs[None, :]
+        parts += [torch.sin(angles), torch.cos(angles)]
+    return torch.cat(parts, dim=1).float()
+
+
+def build_vit(cfg: dict, num_classes: int = 10) -> VisionTransformer:
+    model = VisionTransformer(
+        img_size=shapes.IMAGE_SIZE, patch_size=cfg["patch_size"], num_classes=num_classes,
+        embed_dim=cfg["embed_dim"], depth=cfg["depth"], num_heads=cfg["num_heads"], mlp_ratio=cfg["mlp_ratio"],
+        class_token=cfg["class_token"], global_pool=cfg["global_pool"])
+    if cfg["pos_embed"] == "sincos":
+        grid = shapes.IMAGE_SIZE // cfg["patch_size"]
+        table = sincos_2d(grid, cfg["embed_dim"])
+        prefix = model.pos_embed.shape[1] - grid * grid  # the CLS token's slot (zeros) when there is one
+        with torch.no_grad():
+            model.pos_embed.copy_(torch.cat([torch.zeros(prefix, cfg["embed_dim"]), table])[None])
+        model.pos_embed.requires_grad_(False)  # fixed, not learned (see data/README.md for why)
+    if cfg["no_skip_block"] is not None:
+        model.blocks[cfg["no_skip_block"]].__class__ = NoSkipBlock
+    return model
+
+
+# --------------------------------------------------------------------------- ResNet
+
+
+def build_resnet(cfg: dict, num_classes: int = 10) -> ResNet:
+    """A timm ResNet-18-style net for 32x32 images: deep 3x3 stem (stride 2), no max-pool."""
+    model = ResNet(BasicBlock, layers=list(cfg["layers"]), channels=tuple(cfg["channels"]),
+                   num_classes=num_classes, stem_type="deep", stem_width=cfg["stem_width"])
+    model.maxpool = torch.nn.Identity()  # 32x32 inputs are small enough already
+    return model
+
+
+# --------------------------------------------------------------------------- by name
+
+
+def build(name_or_recipe) -> torch.nn.Module:
+    """An untrained lite model, by zoo name ('lite-vit') or Recipe, with its data config attached."""
+    recipe = ZOO[name_or_recipe] if isinstance(name_or_recipe, str) else name_or_recipe
+    model = build_vit(recipe.vit) if recipe.arch == "vit" else build_resnet(recipe.resnet)
+    model.pretrained_cfg = dict(input_size=(3, shapes.IMAGE_SIZE, shapes.IMAGE_SIZE), mean=LITE_MEAN, std=LITE_STD,
+                                interpolation="bilinear", crop_pct=1.0, num_classes=len(shapes.CLASS_NAMES))
+    return model
+
+
+if __name__ == "__main__":  # quick look: parameter counts of the zoo
+    for name in ZOO:
+        print(f"{name:20s} {sum(p.numel() for p in build(name).parameters()) / 1e6:.2f}M parameters")

@@ -1,0 +1,64 @@
+"""The generated dataset is deterministic, nested and balanced; image sources give clear errors."""
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import data, shapes, zoo
+
+
+def test_same_seed_and_index_give_the_same_image():
+    a, la = shapes.render([5, 17, 40_123])
+    b, lb = shapes.render([40_123, 5])  # alone or in another batch: the same image
+    assert torch.equal(a[0], b[1]) and torch.equal(a[2], b[0]) and la[0] == lb[1]
+    c, _ = shapes.render([5], seed=1)
+    assert not torch.equal(a[0], c[0])
+
+
+def test_subsets_are_nested_and_labels_balanced():
+    fractions = (0.03, 0.1, 0.3, 1.0)
+    sets = [shapes.split_indices("train", f) for f in fractions]
+    for small, large in zip(sets, sets[1:]):
+        assert set(small) < set(large)
+    for idx in sets:
+        counts = np.bincount(idx % 10, minlength=10)
+        assert counts.min() == counts.max()
+    assert not set(shapes.split_indices("test")) & set(sets[-1])
+
+
+def test_colour_alone_does_not_give_the_class():
+    """A nearest-class-mean classifier on mean colour is at chance (10%)."""
+    images, labels = shapes.load_split("train", count=4000)
+    colour = images.float().mean(dim=(2, 3))
+    means = torch.stack([colour[labels == c].mean(0) for c in range(10)])
+    test_images, test_labels = shapes.load_split("test", count=2000)
+    predicted = torch.cdist(test_images.float().mean(dim=(2, 3)), means).argmin(1)
+    assert (predicted == test_labels).float().mean() < 0.2
+
+
+def test_image_sources_errors(tmp_path):
+    with pytest.raises(ValueError, match="No images found"):
+        data.image_set(str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="not a folder"):
+        data.image_set(str(tmp_path / "missing"))
+    with pytest.raises(IndexError):
+        shapes.render([10**7])
+
+
+def test_folder_images_are_preprocessed_with_the_models_own_config(tmp_path):
+    from PIL import Image
+    import timm
+    for i in range(3):
+        Image.fromarray((np.random.default_rng(i).random((40, 50, 3)) * 255).astype(np.uint8)).save(tmp_path / f"{i}.png")
+    model = timm.create_model("test_vit", pretrained=False)
+    batch = next(data.batches(data.image_set(str(tmp_path)), model, batch_size=8))
+    assert batch.shape == (3, 3, 160, 160)
+
+
+def test_lite_models_use_their_data_config():
+    model = zoo.build("lite-vit")
+    images = data.image_set("shapes", count=8)
+    batch = next(data.batches(images, model, batch_size=8))
+    assert batch.shape == (8, 3, 32, 32)
+    expected = (images.get(0).float() / 255 - 0.5) / 0.25
+    assert torch.allclose(batch[0], expected)
