@@ -1,0 +1,55 @@
+"""Attention maps of timm ViTs and the mean attention distance."""
+
+import pytest
+import torch
+
+from helpers import attention, zoo
+
+
+def test_attention_maps_are_probabilities_and_model_is_left_unchanged():
+    model = zoo.build("lite-vit").eval()
+    x = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        before = model(x)
+    maps = attention.attention_maps(model, x)
+    assert len(maps) == 6 and maps[0].shape == (3, 4, 65, 65)
+    for a in maps:
+        torch.testing.assert_close(a.sum(-1), torch.ones(a.shape[:-1]))
+    assert all(blk.attn.fused_attn == zoo.build("lite-vit").blocks[0].attn.fused_attn for blk in model.blocks)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), before)
+
+
+def test_attention_maps_reproduce_the_attention_output():
+    """softmax(qk^T) @ v, merged over heads and projected, equals the block's own attention output."""
+    model = zoo.build("lite-vit").eval()
+    x = torch.randn(2, 3, 32, 32)
+    block = model.blocks[0]
+    seen = {}
+    block.norm1.register_forward_hook(lambda m, i, o: seen.__setitem__("in", o))
+    block.attn.register_forward_hook(lambda m, i, o: seen.__setitem__("out", o))
+    probs = attention.attention_maps(model, x)[0]
+    B, N, C = seen["in"].shape
+    qkv = block.attn.qkv(seen["in"]).reshape(B, N, 3, 4, C // 4).permute(2, 0, 3, 1, 4)
+    mixed = (probs @ qkv[2]).transpose(1, 2).reshape(B, N, C)
+    torch.testing.assert_close(block.attn.proj(mixed), seen["out"], atol=1e-5, rtol=1e-5)
+
+
+def test_mean_attention_distance_known_cases():
+    grid, patch = 4, 8
+    uniform = torch.full((1, 1, grid * grid, grid * grid), 1.0 / (grid * grid))
+    assert attention.mean_attention_distance(uniform, patch, 0)[0] == pytest.approx(attention.uniform_attention_distance(grid, patch))
+    self_only = torch.eye(grid * grid)[None, None]
+    assert attention.mean_attention_distance(self_only, patch, 0)[0] == 0
+    # with a CLS token that takes half of every row: renormalised over patches, the distance is unchanged
+    with_cls = torch.zeros(1, 1, 17, 17)
+    with_cls[0, 0, :, 0] = 0.5
+    with_cls[0, 0, 1:, 1:] = 0.5 * torch.eye(16)
+    assert attention.mean_attention_distance(with_cls, patch, 1)[0] == 0
+    # uniform attention over an 8x8 grid of 4-px patches, the lite ViT's grid
+    assert attention.uniform_attention_distance(8, 4) == pytest.approx(16.55, abs=0.01)
+
+
+def test_models_without_attention_are_refused():
+    with pytest.raises(ValueError, match="timm ViTs"):
+        attention.attention_maps(zoo.build("lite-resnet"), torch.randn(1, 3, 32, 32))
