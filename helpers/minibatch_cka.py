@@ -152,8 +152,8 @@ class MinibatchCKA:
 
     # -- feeding batches
 
-    def _stack(self, features, names, which) -> torch.Tensor:
-        """Features for one batch (dict name -> tensor, or a list in `names` order) -> (L, m*m)."""
+    def _grams(self, features, names, which) -> torch.Tensor:
+        """Features for one batch (dict name -> tensor, or a list in `names` order) -> (L, m, m) Grams."""
         if isinstance(features, Mapping):
             missing = [n for n in names if n not in features]
             if missing:
@@ -165,12 +165,8 @@ class MinibatchCKA:
         sizes = {r.shape[0] for r in rows}
         if len(sizes) > 1:
             raise ValueError(f"{which}: layers have different numbers of examples in this batch ({sorted(sizes)}). Every layer must see the same images.")
-        m = rows[0].shape[0]
-        if m < 4:
-            raise ValueError(f"A batch of {m} examples is too small: unbiased HSIC needs at least 4 per batch (use 64 or more for a useful estimate).")
         dtype = torch.promote_types(rows[0].dtype, torch.float32)
-        grams = torch.stack([centered_gram(r.to(dtype)) for r in rows])
-        return u_center_stack(grams)
+        return torch.stack([centered_gram(r.to(dtype)) for r in rows])
 
     def update(self, features_a, features_b=None) -> None:
         """Add one minibatch.
@@ -179,24 +175,41 @@ class MinibatchCKA:
         features_b: the same for model B, for the same m images in the same order;
                     leave it None when comparing A with itself.
         """
-        G_a = self._stack(features_a, self.names_a, "model A")
+        grams_b = None if features_b is None else self._grams(features_b, self.names_b, "model B")
+        self.update_grams(self._grams(features_a, self.names_a, "model A"), grams_b)
+
+    def update_grams(self, grams_a: torch.Tensor, grams_b: torch.Tensor | None = None) -> None:
+        """Add one minibatch given each layer's Gram of column-centered features (see `centered_gram`).
+
+        grams_a: (La, m, m), in names_a order; grams_b: (Lb, m, m) or None when comparing A with itself.
+        Use this when Grams are formed as activations appear (helpers.compare), so that no
+        activations need to be kept.
+        """
+        m = grams_a.shape[-1]
+        if m < 4:
+            raise ValueError(f"A batch of {m} examples is too small: unbiased HSIC needs at least 4 per batch (use 64 or more for a useful estimate).")
+        if grams_a.shape[0] != len(self.names_a):
+            raise ValueError(f"Got {grams_a.shape[0]} Grams for model A's {len(self.names_a)} layers.")
+        G_a = u_center_stack(grams_a)
         if self.within:
-            if features_b is not None:
+            if grams_b is not None:
                 raise ValueError("This accumulator compares model A with itself (names_b=None); do not pass features_b.")
             G_b = G_a
         else:
-            if features_b is None:
+            if grams_b is None:
                 raise ValueError("This accumulator compares two models: pass features_b for the same images.")
-            G_b = self._stack(features_b, self.names_b, "model B")
-            if G_b.shape[1] != G_a.shape[1]:
-                raise ValueError(f"Model A saw {int(G_a.shape[1] ** 0.5)} examples in this batch, model B {int(G_b.shape[1] ** 0.5)}. Feed both the same images.")
-        m = int(round(G_a.shape[1] ** 0.5))
+            if grams_b.shape[-1] != m:
+                raise ValueError(f"Model A saw {m} examples in this batch, model B {grams_b.shape[-1]}. Feed both the same images.")
+            if grams_b.shape[0] != len(self.names_b):
+                raise ValueError(f"Got {grams_b.shape[0]} Grams for model B's {len(self.names_b)} layers.")
+            G_b = u_center_stack(grams_b.to(G_a.device))
         scale = 1.0 / (m * (m - 3))
         cross = (G_a @ G_b.T).double() * scale                  # every pair in one product
-        self_a = (G_a * G_a).sum(1, dtype=torch.float64) * scale
-        self_b = cross.diagonal().clone() if self.within else (G_b * G_b).sum(1, dtype=torch.float64) * scale
         if self.within:
-            self_a = self_b  # the same numbers, so the diagonal of the result is exactly 1
+            self_a = self_b = cross.diagonal().clone()  # the same numbers, so the diagonal is exactly 1
+        else:
+            self_a = (G_a * G_a).sum(1, dtype=torch.float64) * scale
+            self_b = (G_b * G_b).sum(1, dtype=torch.float64) * scale
         self._add(cross, self_a, self_b, m, 1)
 
     def _add(self, cross, self_a, self_b, n_examples, n_batches):

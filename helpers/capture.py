@@ -1,0 +1,211 @@
+"""Record what layers of a torch model compute, with forward hooks that are always removed.
+
+    with Capture(model, "blocks") as rec:          # a preset, exact names, or glob patterns
+        model(images)
+        features = rec.take()                       # {label: (B, p) tensor}, one per layer
+
+Layers can be given as
+  - a preset: "blocks" (one representation per block) or "sublayers" (the paper's choice: per ViT
+    block norm1, attention output, residual stream after attention, norm2, MLP hidden activation,
+    block output; per CNN the stem and every residual block), for timm ViTs, ResNets, ResNetV2
+    (BiT) and EfficientNets;
+  - exact module names ("blocks.3.attn"), with ":input" to record a module's input instead of its
+    output ("blocks.3.norm2:input" is the residual stream after attention);
+  - glob patterns ("layer*.?", "blocks.*.mlp.act").
+
+Token policies turn a ViT's (B, N, D) token outputs into one row per image:
+  "all"     all tokens flattened, CLS included: (B, N*D). The default, as PAPER_SPEC.md recommends.
+  "cls"     the prefix (CLS) token(s) only: (B, prefix*D).
+  "spatial" the patch tokens only, flattened: (B, patches*D).
+  "mean"    the mean of the patch tokens: (B, D).
+CNN feature maps (B, C, H, W) are flattened to (B, C*H*W) ("mean" averages over H, W instead).
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+from dataclasses import dataclass
+
+import torch
+
+POLICIES = ("all", "cls", "spatial", "mean")
+
+
+@dataclass(frozen=True)
+class Tap:
+    """One recorded representation: its label on a plot, the module, and output or input."""
+
+    label: str
+    module: str
+    where: str = "output"
+
+
+# --------------------------------------------------------------------------- presets
+
+
+def _vit_taps(model, preset):
+    taps = []
+    for i in range(len(model.blocks)):
+        b = f"blocks.{i}"
+        if preset == "blocks":
+            taps.append(Tap(f"block{i}", b))
+        else:
+            taps += [Tap(f"b{i}.norm1", f"{b}.norm1"), Tap(f"b{i}.attn", f"{b}.attn"),
+                     Tap(f"b{i}.resid", f"{b}.norm2", "input"), Tap(f"b{i}.norm2", f"{b}.norm2"),
+                     Tap(f"b{i}.mlp", f"{b}.mlp.act"), Tap(f"b{i}.out", b)]
+    return taps
+
+
+def _cnn_taps(model, preset):
+    names = dict(model.named_modules())
+    if "layer1" in names:  # timm / torchvision ResNet: layer{s}.{j}
+        stem = Tap("stem", "act1")
+        blocks = [Tap(n, n) for n in names if fnmatch.fnmatch(n, "layer[0-9].*") and n.count(".") == 1]
+    elif "stages" in names and "stem" in names:  # ResNetV2 (BiT): stages.{s}.blocks.{j}
+        stem = Tap("stem", "stem")
+        blocks = [Tap(f"s{n.split('.')[1]}.b{n.split('.')[3]}", n) for n in names
+                  if fnmatch.fnmatch(n, "stages.*.blocks.*") and n.count(".") == 3]
+    elif "conv_stem" in names and "blocks" in names:  # EfficientNet: blocks.{s}.{j}
+        stem = Tap("stem", "bn1")
+        blocks = [Tap(n, n) for n in names if fnmatch.fnmatch(n, "blocks.*.*") and n.count(".") == 2]
+    else:
+        return None
+    return blocks if preset == "blocks" else [stem] + blocks
+
+
+def resolve(model, layers) -> list:
+    """Turn a preset, names or patterns into a list of Taps (in model order for presets and patterns)."""
+    names = [n for n, _ in model.named_modules() if n]
+    if isinstance(layers, str) and layers in ("blocks", "sublayers"):
+        taps = _vit_taps(model, layers) if hasattr(model, "blocks") and hasattr(model, "patch_embed") else _cnn_taps(model, layers)
+        if taps is None:
+            raise ValueError(f"No '{layers}' preset for {type(model).__name__}: give module names or glob patterns "
+                             f"instead, e.g. {names[:3]} (see [n for n, _ in model.named_modules()]).")
+        return taps
+    if isinstance(layers, str):
+        layers = [layers]
+    taps = []
+    for spec in layers:
+        name, _, where = spec.partition(":")
+        where = where or "output"
+        if where not in ("output", "input"):
+            raise ValueError(f"'{spec}': the part after ':' must be 'input' or 'output'.")
+        if any(ch in name for ch in "*?["):
+            matches = [n for n in names if fnmatch.fnmatch(n, name)]
+            if not matches:
+                raise ValueError(f"Pattern '{name}' matches no module of {type(model).__name__}. {_suggest(name, names)}")
+            taps += [Tap(n if where == "output" else f"{n}:input", n, where) for n in matches]
+        elif name in names:
+            taps.append(Tap(spec, name, where))
+        else:
+            raise ValueError(f"No module named '{name}' in {type(model).__name__}. {_suggest(name, names)}")
+    labels = [t.label for t in taps]
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        raise ValueError(f"Layer(s) {repeated} given twice. Give each layer once.")
+    return taps
+
+
+def _suggest(name, names) -> str:
+    close = difflib.get_close_matches(name, names, n=5, cutoff=0.5)
+    return f"Did you mean: {', '.join(close)}?" if close else "List them with [n for n, _ in model.named_modules()]."
+
+
+# --------------------------------------------------------------------------- token policies
+
+
+def apply_policy(output: torch.Tensor, policy: str, num_prefix_tokens: int) -> torch.Tensor:
+    """(B, ...) activations -> (B, p) rows under a token policy (see the module docstring)."""
+    if policy not in POLICIES:
+        raise ValueError(f"Unknown token policy '{policy}'; choose one of {POLICIES}.")
+    if output.ndim == 3:  # (B, N, D) tokens
+        if policy == "all":
+            return output.flatten(1)
+        if policy == "cls":
+            if num_prefix_tokens == 0:
+                raise ValueError("This model has no CLS (prefix) token: use policy 'all', 'spatial' or 'mean'.")
+            return output[:, :num_prefix_tokens].flatten(1)
+        spatial = output[:, num_prefix_tokens:]
+        return spatial.flatten(1) if policy == "spatial" else spatial.mean(1)
+    if output.ndim == 4:  # (B, C, H, W) feature maps
+        if policy == "cls":
+            raise ValueError("CNN feature maps have no CLS token: use policy 'all' (flatten) or 'mean' (average over H, W).")
+        return output.mean((2, 3)) if policy == "mean" else output.flatten(1)
+    return output.flatten(1)
+
+
+# --------------------------------------------------------------------------- the recorder
+
+
+class Capture:
+    """Context manager that records the given layers on every forward pass of `model`.
+
+    model: any torch.nn.Module. layers: preset, names or patterns (module docstring).
+    policy: token policy for (B, N, D) outputs. transform: optional function applied to each
+    (B, p) row matrix inside the hook (e.g. a Gram, so activations need not be kept).
+    on_repeat: what to do when a module runs twice in one forward pass: "error" or "last".
+    """
+
+    def __init__(self, model, layers="blocks", policy: str = "all", transform=None, on_repeat: str = "error"):
+        if policy not in POLICIES:
+            raise ValueError(f"Unknown token policy '{policy}'; choose one of {POLICIES}.")
+        if on_repeat not in ("error", "last"):
+            raise ValueError("on_repeat must be 'error' or 'last'.")
+        self.model, self.policy, self.transform, self.on_repeat = model, policy, transform, on_repeat
+        self.taps = resolve(model, layers)
+        self.num_prefix_tokens = int(getattr(model, "num_prefix_tokens", 0))
+        self._store, self._counts, self._handles = {}, {}, []
+
+    @property
+    def labels(self) -> list:
+        return [t.label for t in self.taps]
+
+    def _record(self, tap: Tap, value):
+        if isinstance(value, (tuple, list)):
+            value = value[0]
+        self._counts[tap.label] = self._counts.get(tap.label, 0) + 1
+        if self._counts[tap.label] > 1 and self.on_repeat == "error":
+            raise RuntimeError(f"Module '{tap.module}' ran {self._counts[tap.label]} times in one forward pass "
+                               "(a shared module?). Capture(..., on_repeat='last') keeps the last call.")
+        rows = apply_policy(value.detach(), self.policy, self.num_prefix_tokens)
+        # clone: timm's ReLUs work in place and would overwrite what we keep
+        self._store[tap.label] = self.transform(rows) if self.transform else rows.clone()
+
+    def _new_forward(self, *_):
+        """Each forward pass of the whole model starts a fresh record."""
+        self._store, self._counts = {}, {}
+
+    def __enter__(self):
+        self._handles.append(self.model.register_forward_pre_hook(self._new_forward))
+        modules = dict(self.model.named_modules())
+        for tap in self.taps:
+            module = modules[tap.module]
+            if tap.where == "output":
+                hook = module.register_forward_hook(lambda _m, _i, out, tap=tap: self._record(tap, out))
+            else:
+                hook = module.register_forward_pre_hook(lambda _m, inp, tap=tap: self._record(tap, inp))
+            self._handles.append(hook)
+        return self
+
+    def __exit__(self, *exc):
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        return False
+
+    def take(self) -> dict:
+        """The representations of the last forward pass, {label: tensor}, in layer order; then clear."""
+        silent = [t for t in self.taps if t.label not in self._store]
+        if silent:
+            hint = ""
+            if any(t.module.endswith("attn_drop") for t in silent):
+                hint = (" timm's fused attention never calls attn_drop: use helpers.attention.attention_maps, "
+                        "or set fused_attn = False on the attention modules first.")
+            elif len(silent) == len(self.taps):
+                hint = " Did the model run inside the `with Capture(...)` block?"
+            raise RuntimeError(f"Hook(s) never fired for {[t.label for t in silent]}: these modules did not run "
+                               f"in the forward pass.{hint}")
+        features = {t.label: self._store[t.label] for t in self.taps}
+        self._store, self._counts = {}, {}
+        return features

@@ -1,0 +1,93 @@
+"""Compare the layers of two models (or of one model with itself) over many images with CKA.
+
+    result = cka_matrix("lite-vit", image_set("shapes", count=2048), "sublayers")        # within a model
+    result = cka_matrix(vit, images, "blocks", model_b=resnet, layers_b="blocks")       # across models
+    plots.cka_heatmap(result); result.save("outputs/vit_vs_resnet.npz")
+
+Per batch: one forward pass per model; inside each hook the layer's activations become the
+Gram of their column-centered rows (float32) at once, so activations are never kept; the
+accumulator takes every pair's unbiased HSIC from one matrix product and sums in float64.
+Memory is bounded by one batch's Grams, whatever the number of images.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+
+import torch
+from tqdm.auto import tqdm
+
+from helpers import models
+from helpers.capture import Capture
+from helpers.data import ImageSet, batches
+from helpers.minibatch_cka import CKAMatrix, MinibatchCKA, centered_gram
+
+
+def _gram_of_rows(rows: torch.Tensor) -> torch.Tensor:
+    """(B, p) activations (any float dtype) -> (B, B) float32 Gram of centered rows."""
+    return centered_gram(rows.float())
+
+
+def _stacked_grams(capture: Capture) -> torch.Tensor:
+    """The Grams recorded in the last forward pass as (L, B, B), checked for NaN/inf."""
+    grams = capture.take()
+    for label, gram in grams.items():
+        if not torch.isfinite(gram).all():
+            raise ValueError(f"Layer '{label}' produced NaN or inf values. Check the model and its inputs "
+                             "(with amp=True, try amp=False: half precision can overflow).")
+    return torch.stack(list(grams.values()))
+
+
+def cka_matrix(model_a, images: ImageSet, layers_a="blocks", model_b=None, layers_b=None,
+               policy_a: str = "all", policy_b: str | None = None, batch_size: int = 256,
+               amp: bool = False, progress: bool = True, meta: dict | None = None) -> CKAMatrix:
+    """Minibatch linear CKA between every layer of model A and every layer of model B.
+
+    model_a, model_b: torch modules or names for helpers.models.load; model_b=None compares A with itself.
+    images: a helpers.data.ImageSet; each model gets the images preprocessed its own way, in the same order.
+    layers_a, layers_b: a preset ("blocks", "sublayers"), module names or glob patterns (helpers.capture).
+    policy_a, policy_b: token policies ("all", "cls", "spatial", "mean"); policy_b defaults to policy_a.
+    batch_size: images per minibatch (the paper used 1024; 128-256 give the same values, less memory).
+    amp: run the forward passes in bfloat16 autocast on CUDA (Grams stay float32, sums float64).
+    Returns a CKAMatrix: rows = A's layers, columns = B's layers, with what produced it in .meta.
+    """
+    start = time.time()
+    names = {"a": model_a if isinstance(model_a, str) else type(model_a).__name__,
+             "b": model_b if isinstance(model_b, str) else (type(model_b).__name__ if model_b is not None else None)}
+    model_a = models.load(model_a) if isinstance(model_a, str) else model_a.eval()
+    within = model_b is None
+    if within and layers_b is not None:
+        raise ValueError("layers_b is given but model_b is not: pass model_b=... to compare two models.")
+    model_b = None if within else (models.load(model_b) if isinstance(model_b, str) else model_b.eval())
+    policy_b = policy_a if policy_b is None else policy_b
+    if len(images) < 4:
+        raise ValueError(f"{len(images)} images are too few: unbiased HSIC needs at least 4 (use 1,000+ for stable values).")
+
+    capture_a = Capture(model_a, layers_a, policy_a, transform=_gram_of_rows)
+    capture_b = None if within else Capture(model_b, layers_b or "blocks", policy_b, transform=_gram_of_rows)
+    accumulator = MinibatchCKA(capture_a.labels, None if within else capture_b.labels)
+    device = next(model_a.parameters()).device
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if amp and device.type == "cuda" else nullcontext()
+
+    stream_a = batches(images, model_a, batch_size)
+    stream_b = None if within else batches(images, model_b, batch_size)
+    n_batches = -(-len(images) // batch_size)
+    with torch.no_grad(), autocast, capture_a, (capture_b or nullcontext()):
+        for x_a in tqdm(stream_a, total=n_batches, desc="CKA", disable=not progress):
+            if len(x_a) < 4:  # a last batch of 1-3 images cannot give an unbiased estimate: skip it, say so
+                print(f"Note: the last {len(x_a)} image(s) were skipped (a batch needs at least 4).")
+                break
+            model_a(x_a)
+            grams_a = _stacked_grams(capture_a)
+            grams_b = None
+            if not within:
+                model_b(next(stream_b))
+                grams_b = _stacked_grams(capture_b)
+            accumulator.update_grams(grams_a, grams_b)
+
+    info = {"model_a": names["a"], "model_b": names["b"] or names["a"], "layers_a": str(layers_a),
+            "layers_b": str(layers_b if not within else layers_a), "policy_a": policy_a, "policy_b": policy_b,
+            "images": images.name, "batch_size": batch_size, "device": str(device), "amp": bool(amp),
+            "seconds": round(time.time() - start, 2), **(meta or {})}
+    return accumulator.result(info)

@@ -1,0 +1,151 @@
+"""Activation capture (hooks, presets, token policies, errors) and the streaming CKA matrix."""
+
+import numpy as np
+import pytest
+import timm
+import torch
+
+from helpers import cka, zoo
+from helpers.capture import Capture, apply_policy, resolve
+from helpers.compare import cka_matrix
+from helpers.data import image_set
+
+
+@pytest.fixture(scope="module")
+def vit():
+    torch.manual_seed(0)
+    return zoo.build("lite-vit").eval()
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    torch.manual_seed(0)
+    return zoo.build("lite-resnet").eval()
+
+
+def n_hooks(model):
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+def test_hooks_removed_after_success_and_after_an_exception(vit):
+    x = torch.randn(2, 3, 32, 32)
+    with Capture(vit, "sublayers") as rec:
+        vit(x)
+        assert len(rec.take()) == 36
+    assert n_hooks(vit) == 0
+    with pytest.raises(ZeroDivisionError):
+        with Capture(vit, "blocks"):
+            vit(x)
+            1 / 0
+    assert n_hooks(vit) == 0
+
+
+def test_block_outputs_equal_forward_intermediates(vit):
+    x = torch.randn(3, 3, 32, 32)
+    with torch.no_grad(), Capture(vit, "blocks") as rec:
+        vit(x)
+        captured = rec.take()
+        reference = vit.forward_intermediates(x, output_fmt="NLC", return_prefix_tokens=True,
+                                              norm=False, intermediates_only=True)
+    for (label, rows), (spatial, prefix) in zip(captured.items(), reference):  # timm returns (patches, prefix)
+        torch.testing.assert_close(rows, torch.cat([prefix, spatial], 1).flatten(1))
+
+
+def test_sublayer_preset_reads_the_residual_stream(vit):
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad(), Capture(vit, "sublayers", policy="all") as rec:
+        vit(x)
+        f = rec.take()
+    block0_input = None
+    with torch.no_grad(), Capture(vit, ["blocks.0:input"]) as rec:
+        vit(x)
+        block0_input = rec.take()["blocks.0:input"]
+    # residual after attention = block input + attention output (LayerScale and DropPath are identities)
+    torch.testing.assert_close(f["b0.resid"], block0_input + f["b0.attn"])
+
+
+def test_token_policies():
+    tokens = torch.arange(2 * 5 * 3, dtype=torch.float32).reshape(2, 5, 3)  # 1 CLS + 4 patches
+    assert apply_policy(tokens, "all", 1).shape == (2, 15)
+    torch.testing.assert_close(apply_policy(tokens, "cls", 1), tokens[:, 0])
+    assert apply_policy(tokens, "spatial", 1).shape == (2, 12)
+    torch.testing.assert_close(apply_policy(tokens, "mean", 1), tokens[:, 1:].mean(1))
+    maps = torch.randn(2, 4, 3, 3)
+    assert apply_policy(maps, "all", 0).shape == (2, 36)
+    with pytest.raises(ValueError, match="no CLS"):
+        apply_policy(maps, "cls", 0)
+    with pytest.raises(ValueError, match="no CLS"):
+        apply_policy(tokens, "cls", 0)
+
+
+def test_inplace_relu_does_not_overwrite_what_was_captured(resnet):
+    with torch.no_grad(), Capture(resnet, ["bn1"]) as rec:
+        resnet(torch.randn(2, 3, 32, 32))
+        assert (rec.take()["bn1"] < 0).any()  # would be all >= 0 if the in-place ReLU had run over it
+
+
+def test_presets_exist_for_the_papers_model_families():
+    assert len(resolve(timm.create_model("resnet50"), "blocks")) == 16
+    assert len(resolve(timm.create_model("resnetv2_50x1_bit"), "sublayers")) == 17
+    assert len(resolve(timm.create_model("test_efficientnet"), "blocks")) > 3
+    assert [t.label for t in resolve(zoo.build("lite-resnet"), "sublayers")][:2] == ["stem", "layer1.0"]
+
+
+def test_capture_errors(vit):
+    x = torch.randn(2, 3, 32, 32)
+    with pytest.raises(ValueError, match="Did you mean: blocks.1.attn"):
+        Capture(vit, ["blocks.1.atn"])
+    with pytest.raises(ValueError, match="matches no module"):
+        Capture(vit, ["layer*"])
+    with pytest.raises(ValueError, match="given twice"):
+        Capture(vit, ["blocks.0", "blocks.0"])
+    with pytest.raises(ValueError, match="token policy"):
+        Capture(vit, "blocks", policy="first")
+    with Capture(vit, ["blocks.0.attn.attn_drop"]) as rec:  # fused attention never calls attn_drop
+        vit(x)
+        with pytest.raises(RuntimeError, match="fused attention"):
+            rec.take()
+    with Capture(vit, "blocks") as rec:
+        with pytest.raises(RuntimeError, match="inside the"):
+            rec.take()
+    shared = torch.nn.Linear(4, 4)
+    twice = torch.nn.Sequential(shared, torch.nn.ReLU(), shared)
+    with Capture(twice, ["0"]) as rec:
+        with pytest.raises(RuntimeError, match="ran 2 times"):
+            twice(torch.randn(2, 4))
+    with Capture(twice, ["0"], on_repeat="last") as rec:
+        twice(torch.randn(2, 4))
+        assert rec.take()["0"].shape == (2, 4)
+
+
+# ---------------------------------------------------------------- the streaming matrix
+
+
+def test_streaming_matrix_equals_direct_computation_on_stored_features(vit, resnet):
+    images = image_set("shapes", count=96)
+    result = cka_matrix(vit, images, "blocks", model_b=resnet, layers_b="blocks", batch_size=96, progress=False)
+    from helpers.data import batches
+    with torch.no_grad(), Capture(vit, "blocks") as ra, Capture(resnet, "blocks") as rb:
+        vit(next(batches(images, vit, 96)))
+        resnet(next(batches(images, resnet, 96)))
+        fa, fb = ra.take(), rb.take()
+    for i, a in enumerate(fa.values()):
+        for j, b in enumerate(fb.values()):
+            assert result.values[i, j] == pytest.approx(cka.linear_cka(a, b, debiased=True), abs=1e-4)
+    assert result.meta["policy_a"] == "all" and result.rows[0] == "block0" and result.cols[0] == "layer1.0"
+
+
+def test_model_against_itself_gives_ones_on_the_diagonal_and_different_models_do_not(vit, resnet):
+    images = image_set("shapes", count=128)
+    within = cka_matrix(vit, images, "blocks", batch_size=64, progress=False)
+    np.testing.assert_allclose(np.diag(within.values), 1.0, atol=1e-6)
+    across = cka_matrix(vit, images, "blocks", model_b=resnet, layers_b="blocks", batch_size=64, progress=False)
+    assert across.values.max() < 0.99  # catches comparing A with A by mistake
+    assert within.n_examples == 128 and within.n_batches == 2
+
+
+def test_matrix_does_not_depend_on_batch_size_beyond_noise(vit):
+    images = image_set("shapes", count=256)
+    big = cka_matrix(vit, images, "blocks", batch_size=256, progress=False).values
+    small = cka_matrix(vit, images, "blocks", batch_size=128, progress=False).values
+    assert np.abs(big - small).max() < 0.05
