@@ -216,9 +216,12 @@ def linear_cka(X, Y, debiased: bool = False):
     X: (n, p1), Y: (n, p2) features of the same n examples. Uses
     vec(Xc Xc^T) . vec(Yc Yc^T) = ||Yc^T Xc||_F^2 for column-centered Xc, Yc, which is
     cheaper than Grams when p < n. Equals cka(gram_linear(X), gram_linear(Y), debiased).
+    When either input has more features than examples, the Gram form is cheaper and is used.
     """
     Xt, Yt = check_features(X, "X"), check_features(Y, "Y")
     check_same_examples(Xt, Yt, ("X", "Y"))
+    if max(Xt.shape[1], Yt.shape[1]) > Xt.shape[0]:
+        return cka(Xt @ Xt.T, Yt @ Yt.T, debiased=debiased)
     Xc = Xt - Xt.mean(0, keepdim=True)
     Yc = Yt - Yt.mean(0, keepdim=True)
 

@@ -150,7 +150,7 @@ def split_indices(split: str, fraction: float = 1.0) -> np.ndarray:
 
 
 def load_split(split: str, fraction: float = 1.0, count: int | None = None, seed: int = DEFAULT_SEED,
-               batch: int = 5000) -> tuple[torch.Tensor, torch.Tensor]:
+               batch: int = 1000) -> tuple[torch.Tensor, torch.Tensor]:
     """Render a whole split (or its first `count` images) as uint8 images (N, 3, 32, 32) and labels (N,)."""
     indices = split_indices(split, fraction)
     if count is not None:

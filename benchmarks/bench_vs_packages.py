@@ -1,0 +1,173 @@
+"""Benchmark (not a test): helpers.compare.cka_matrix against the PyPI packages torch-cka and pytorch-cka.
+
+Same work for all: lite ViT x lite ResNet, block outputs (6 x 8 layers), the same 2,048 shapes
+images, batches of 256, CPU. Each method runs in its own process so its peak memory is its own.
+Prints wall time, peak memory, ratios, the largest |difference| of each peer's matrix from ours,
+the CKA stage's share of our total time, and our peak memory for 512 vs 4,096 images.
+
+    pip install -e ".[benchmark]"        # installs torch-cka and pytorch-cka
+    python benchmarks/bench_vs_packages.py [--images 2048] [--threads 2]
+
+Uses the bundled checkpoints when present, else untrained models (timings are the same).
+"""
+
+import argparse
+import multiprocessing as mp
+import resource
+import time
+
+import numpy as np
+import torch
+
+BATCH = 256
+VIT_LAYERS = [f"blocks.{i}" for i in range(6)]
+RESNET_LAYERS = [f"layer{s}.{j}" for s in range(1, 5) for j in range(2)]
+
+
+def load_models():
+    from helpers import models, zoo
+    try:
+        return models.load("lite-vit", device="cpu"), models.load("lite-resnet", device="cpu")
+    except FileNotFoundError:
+        torch.manual_seed(0)  # every method must get the same untrained weights
+        return zoo.build("lite-vit").eval(), zoo.build("lite-resnet").eval()
+
+
+def image_tensor(count):
+    """The same preprocessed images for every method (both lite models share one normalisation)."""
+    from helpers import data
+    vit, _ = load_models()
+    images = data.image_set("shapes", count=count)
+    return torch.cat(list(data.batches(images, vit, BATCH)))
+
+
+def prepare(name, count):
+    """Inputs made outside the clock and before the memory baseline: images, or a DataLoader for the peers."""
+    from helpers import data
+    if name == "ours":
+        return data.image_set("shapes", count=count)
+    if name == "forward only":
+        return image_tensor(count)
+    return loader(count)
+
+
+def run_ours(images):
+    from helpers.compare import cka_matrix
+    vit, resnet = load_models()
+    return cka_matrix(vit, images, VIT_LAYERS, model_b=resnet, layers_b=RESNET_LAYERS,
+                      batch_size=BATCH, progress=False).values
+
+
+def run_forward_only(x):
+    vit, resnet = load_models()
+    count = len(x)
+    with torch.no_grad():
+        for s in range(0, count, BATCH):
+            vit(x[s:s + BATCH])
+            resnet(x[s:s + BATCH])
+    return None
+
+
+def loader(count):
+    x = image_tensor(count)
+    dataset = torch.utils.data.TensorDataset(x, torch.zeros(len(x)))
+    return torch.utils.data.DataLoader(dataset, batch_size=BATCH, shuffle=False)
+
+
+def run_torch_cka(batches):
+    from torch_cka import CKA
+    vit, resnet = load_models()
+    cka = CKA(vit, resnet, "vit", "resnet", VIT_LAYERS, RESNET_LAYERS, device="cpu")
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cka.compare(batches)
+    return cka.export()["CKA"].numpy()
+
+
+def run_pytorch_cka(batches):
+    from cka import compute_cka
+    vit, resnet = load_models()
+    return compute_cka(vit, resnet, batches, layers=VIT_LAYERS, model2_layers=RESNET_LAYERS,
+                       device="cpu", progress=False)[0].cpu().numpy()
+
+
+METHODS = {"ours": run_ours, "forward only": run_forward_only, "torch-cka": run_torch_cka, "pytorch-cka": run_pytorch_cka}
+
+
+class PeakMemory:
+    """Samples this process's resident memory every 5 ms (Linux /proc) to find the peak above the start."""
+
+    def __enter__(self):
+        import threading
+        self.start, self.peak, self.running = self.rss(), 0, True
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.running = False
+        self.thread.join()
+
+    @staticmethod
+    def rss():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize()
+
+    def sample(self):
+        while self.running:
+            self.peak = max(self.peak, self.rss() - self.start)
+            time.sleep(0.005)
+
+
+def worker(name, count, threads, queue):
+    torch.set_num_threads(threads)
+    load_models()  # imports and model loading outside the clock
+    inputs = prepare(name, count)
+    with PeakMemory() as memory:
+        start = time.perf_counter()
+        try:
+            values = METHODS[name](inputs)
+            error = None
+        except Exception as e:  # a peer that fails is reported, not hidden
+            values, error = None, f"{type(e).__name__}: {e}"
+        seconds = time.perf_counter() - start
+    queue.put((seconds, memory.peak / 2**20, values, error))
+
+
+def measure(name, count, threads):
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    process = ctx.Process(target=worker, args=(name, count, threads, queue))
+    process.start()
+    result = queue.get()
+    process.join()
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--images", type=int, default=2048)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    print(f"lite ViT x lite ResNet, {len(VIT_LAYERS)} x {len(RESNET_LAYERS)} block outputs, "
+          f"{args.images} images, batches of {BATCH}, {args.threads} threads\n")
+    results = {name: measure(name, args.images, args.threads) for name in METHODS}
+    ours_seconds, _, ours_values, _ = results["ours"]
+    for name, (seconds, peak, values, error) in results.items():
+        line = f"{name:13s} {seconds:7.2f} s  peak memory +{peak:7.1f} MB"
+        if error:
+            line += f"  FAILED: {error[:120]}"
+        elif values is not None and name != "ours":
+            line += (f"  {seconds / ours_seconds:5.2f}x our time;  max |CKA - ours| = "
+                     f"{np.abs(values - ours_values).max():.2e}")
+        print(line)
+    forward = results["forward only"][0]
+    print(f"\nCKA stage share of our total time: {max(0.0, ours_seconds - forward) / ours_seconds:.0%} "
+          f"(forward passes alone: {forward:.2f} s)")
+    small, large = measure("ours", 512, args.threads), measure("ours", 4096, args.threads)
+    print(f"our peak memory: +{small[1]:.1f} MB for 512 images, +{large[1]:.1f} MB for 4,096 images")
+
+
+if __name__ == "__main__":
+    main()
