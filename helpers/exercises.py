@@ -84,3 +84,24 @@ def check_hsic_unbiased(fn):
     """fn(K, L) -> unbiased HSIC (Song et al. 2012); needs n >= 4."""
     _run("hsic_unbiased", _feature_cases(5), lambda X, Y: fn(X @ X.T, Y @ Y.T),
          lambda X, Y: reference.hsic_unbiased(X @ X.T, Y @ Y.T))
+
+
+def check_record_output(fn):
+    """fn(model, module_name, x) -> the output of module `module_name` during model(x); hooks removed after."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(inplace=True), torch.nn.Linear(5, 3))
+    x = torch.randn(4, 6)
+    expected = {"0": model[0](x), "2": model[2](torch.relu(model[0](x)))}
+    for name, value in expected.items():
+        got = fn(model, name, x)
+        if got is None:
+            raise AssertionError(f"record_output(model, '{name}', x) returned None: did the hook store the output?")
+        _compare(f"record_output('{name}')", got.detach(), value.detach(), "a 3-layer MLP", atol=1e-6)
+    leftover = sum(len(m._forward_hooks) for m in model.modules())
+    if leftover:
+        raise AssertionError(f"{leftover} hook(s) still registered after record_output: call handle.remove() (use try/finally).")
+    if (fn(model, "0", x) >= 0).all():
+        raise AssertionError("The output of layer '0' has no negative values: the in-place ReLU overwrote it. Clone inside the hook.")
+    print("✔ record_output returns the right outputs, survives the in-place ReLU and removes its hook.")

@@ -23,10 +23,11 @@ def use_style() -> None:
 
 
 def heatmap(values, rows=None, cols=None, ax=None, title="", xlabel="", ylabel="",
-            vmin=0.0, vmax=1.0, colorbar=True, max_ticks=24):
+            vmin=0.0, vmax=1.0, colorbar=True, max_ticks=24, cbar_label="CKA"):
     """Draw a matrix with its origin at the bottom-left, like the paper's CKA figures.
 
     values: (R, C) array; rows / cols: optional tick labels for its rows (y axis) and columns (x axis).
+    cbar_label: the colour bar's label ("CKA" by default; e.g. "K[i, j]" for a Gram matrix).
     Returns the matplotlib Axes.
     """
     values = np.asarray(values)
@@ -45,7 +46,7 @@ def heatmap(values, rows=None, cols=None, ax=None, title="", xlabel="", ylabel="
         plt.setp(ax.get_xticklabels(), rotation=90)
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     if colorbar:
-        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="CKA")
+        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label=cbar_label)
     return ax
 
 

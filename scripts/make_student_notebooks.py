@@ -50,6 +50,7 @@ def stub_cell_source(source: str) -> str:
 def student_version(notebook: dict) -> dict:
     """A copy of the notebook (parsed JSON) with stubs for solutions and no outputs."""
     nb = copy.deepcopy(notebook)
+    nb["metadata"].pop("widgets", None)  # saved widget state belongs to the executed source only
     for cell in nb["cells"]:
         if cell["cell_type"] != "code":
             continue
