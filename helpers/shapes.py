@@ -26,6 +26,9 @@ N_TRAIN = 50_000
 N_TEST = 10_000
 DEFAULT_SEED = 0
 _N_PARAMS = 32  # random numbers drawn per image
+# Geometry of the shapes, in pixels: centre drawn uniformly in [lo, lo + span], radius likewise.
+CENTRE_RANGE = (10.0, 12.0)
+RADIUS_RANGE = (7.5, 4.0)
 
 
 # --------------------------------------------------------------------------- counter-based randomness
@@ -103,8 +106,9 @@ def render(indices, seed: int = DEFAULT_SEED) -> tuple[torch.Tensor, torch.Tenso
     x, y = x.expand(B, S, S), y.expand(B, S, S)
 
     # the shape: centre, radius, a small rotation (so 'plus' and 'cross' stay distinct)
-    cx, cy = (10 + 12 * p[:, 0])[:, None, None], (10 + 12 * p[:, 1])[:, None, None]
-    radius = (7.5 + 4.0 * p[:, 2])[:, None, None]
+    lo, span = CENTRE_RANGE
+    cx, cy = (lo + span * p[:, 0])[:, None, None], (lo + span * p[:, 1])[:, None, None]
+    radius = (RADIUS_RANGE[0] + RADIUS_RANGE[1] * p[:, 2])[:, None, None]
     theta = ((p[:, 3] - 0.5) * math.radians(40))[:, None, None]
     dx, dy = (x - cx) / radius, (cy - y) / radius  # v points up
     u = dx * torch.cos(theta) + dy * torch.sin(theta)
