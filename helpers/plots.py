@@ -23,7 +23,7 @@ def use_style() -> None:
 
 
 def heatmap(values, rows=None, cols=None, ax=None, title="", xlabel="", ylabel="",
-            vmin=0.0, vmax=1.0, colorbar=True, max_ticks=24, cbar_label="CKA"):
+            vmin=0.0, vmax=1.0, colorbar=True, max_ticks=40, cbar_label="CKA"):
     """Draw a matrix with its origin at the bottom-left, like the paper's CKA figures.
 
     values: (R, C) array; rows / cols: optional tick labels for its rows (y axis) and columns (x axis).
@@ -41,7 +41,7 @@ def heatmap(values, rows=None, cols=None, ax=None, title="", xlabel="", ylabel="
             step = max(1, int(np.ceil(size / max_ticks)))
             ticks = list(range(0, size, step))
             set_ticks(ticks)
-            set_labels([str(axis_labels[t]) for t in ticks], fontsize=7)
+            set_labels([str(axis_labels[t]) for t in ticks], fontsize=6 if size > 24 else 7)
     if cols is not None:
         plt.setp(ax.get_xticklabels(), rotation=90)
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)

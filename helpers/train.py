@@ -91,7 +91,7 @@ def train(model, recipe: zoo.Recipe, progress: bool = True) -> dict:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimiser.step()
-        loss_ema = float(loss) if loss_ema is None else 0.98 * loss_ema + 0.02 * float(loss)
+        loss_ema = loss.item() if loss_ema is None else 0.98 * loss_ema + 0.02 * loss.item()
         if step % 50 == 0:
             bar.set_postfix(loss=f"{loss_ema:.3f}")
     model.eval()
