@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from helpers import models
 from helpers.capture import Capture
 from helpers.data import ImageSet, batches
-from helpers.minibatch_cka import CKAMatrix, MinibatchCKA, centered_gram
+from helpers.minibatch_cka import CKAMatrix, MinibatchCKA, centered_gram, check_finite_grams
 
 
 def _gram_of_rows(rows: torch.Tensor) -> torch.Tensor:
@@ -32,11 +32,9 @@ def _gram_of_rows(rows: torch.Tensor) -> torch.Tensor:
 def _stacked_grams(capture: Capture) -> torch.Tensor:
     """The Grams recorded in the last forward pass as (L, B, B), checked for NaN/inf."""
     grams = capture.take()
-    for label, gram in grams.items():
-        if not torch.isfinite(gram).all():
-            raise ValueError(f"Layer '{label}' produced NaN or inf values. Check the model and its inputs "
-                             "(with amp=True, try amp=False: half precision can overflow).")
-    return torch.stack(list(grams.values()))
+    stacked = torch.stack(list(grams.values()))
+    check_finite_grams(stacked, list(grams))
+    return stacked
 
 
 def cka_matrix(model_a, images: ImageSet, layers_a="blocks", model_b=None, layers_b=None,

@@ -78,7 +78,7 @@ class CKAMatrix:
 
 
 def flatten_examples(features: torch.Tensor, name: str) -> torch.Tensor:
-    """(m, ...) activations -> (m, p) float32 rows, checked for NaN/inf."""
+    """(m, ...) activations -> (m, p) rows in float32 (or float64)."""
     if not isinstance(features, torch.Tensor):
         features = torch.as_tensor(np.asarray(features))
     if features.ndim < 2:
@@ -86,9 +86,16 @@ def flatten_examples(features: torch.Tensor, name: str) -> torch.Tensor:
     X = features.detach().reshape(features.shape[0], -1)
     if not X.is_floating_point() or X.dtype in (torch.float16, torch.bfloat16):
         X = X.float()  # Grams of half-precision features lose too many digits
-    if not torch.isfinite(X).all():
-        raise ValueError(f"Layer '{name}' produced NaN or inf values in this batch. Check the model and its inputs (e.g. mixed precision overflow).")
     return X
+
+
+def check_finite_grams(grams: torch.Tensor, names) -> None:
+    """A NaN or inf anywhere in a layer's features makes its Gram non-finite: one cheap (m x m) check per layer."""
+    bad = ~torch.isfinite(grams.reshape(len(grams), -1)).all(1)
+    if bad.any():
+        layers = [n for n, b in zip(names, bad.tolist()) if b]
+        raise ValueError(f"Layer(s) {layers} produced NaN or inf values in this batch. "
+                         "Check the model and its inputs (e.g. a mixed-precision overflow).")
 
 
 def centered_gram(X: torch.Tensor) -> torch.Tensor:
@@ -166,7 +173,9 @@ class MinibatchCKA:
         if len(sizes) > 1:
             raise ValueError(f"{which}: layers have different numbers of examples in this batch ({sorted(sizes)}). Every layer must see the same images.")
         dtype = torch.promote_types(rows[0].dtype, torch.float32)
-        return torch.stack([centered_gram(r.to(dtype)) for r in rows])
+        grams = torch.stack([centered_gram(r.to(dtype)) for r in rows])
+        check_finite_grams(grams, names)
+        return grams
 
     def update(self, features_a, features_b=None) -> None:
         """Add one minibatch.
