@@ -12,11 +12,11 @@ Prints times, ratios, achieved Gram GFLOP/s and each method's peak memory (run i
 """
 
 import argparse
-import multiprocessing as mp
 import resource
 import time
 
 import torch
+from fresh_process import run_in_fresh_process
 
 from helpers.minibatch_cka import MinibatchCKA, centered_gram, u_center_stack
 
@@ -97,15 +97,6 @@ def timed(name, n_batches, threads, queue):
     queue.put((elapsed, peak_mb))
 
 
-def measure(name, n_batches, threads):
-    queue = mp.get_context("spawn").Queue()
-    process = mp.get_context("spawn").Process(target=timed, args=(name, n_batches, threads, queue))
-    process.start()
-    result = queue.get()
-    process.join()
-    return result
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--batches", type=int, default=4)
@@ -119,7 +110,7 @@ def main():
     for name in METHODS:
         if name == "naive" and args.skip_naive:
             continue
-        seconds, peak = measure(name, args.batches, args.threads)
+        seconds, peak = run_in_fresh_process(timed, name, args.batches, args.threads)
         times[name] = seconds
         print(f"{name:12s} {seconds:8.2f} s   peak memory above the features {peak:7.1f} MB")
     floor = times["gram floor"]

@@ -12,12 +12,12 @@ Uses the bundled checkpoints when present, else untrained models (timings are th
 """
 
 import argparse
-import multiprocessing as mp
 import resource
 import time
 
 import numpy as np
 import torch
+from fresh_process import run_in_fresh_process
 
 BATCH = 256
 VIT_LAYERS = [f"blocks.{i}" for i in range(6)]
@@ -148,16 +148,6 @@ def memory_worker(counts, threads, queue):
     queue.put(peaks)
 
 
-def measure(name, count, threads):
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    process = ctx.Process(target=worker, args=(name, count, threads, queue))
-    process.start()
-    result = queue.get()
-    process.join()
-    return result
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--images", type=int, default=2048)
@@ -165,7 +155,7 @@ def main():
     args = parser.parse_args()
     print(f"lite ViT x lite ResNet, {len(VIT_LAYERS)} x {len(RESNET_LAYERS)} block outputs, "
           f"{args.images} images, batches of {BATCH}, {args.threads} threads\n")
-    results = {name: measure(name, args.images, args.threads) for name in METHODS}
+    results = {name: run_in_fresh_process(worker, name, args.images, args.threads) for name in METHODS}
     ours_seconds, _, ours_values, _ = results["ours"]
     for name, (seconds, peak, values, error) in results.items():
         line = f"{name:13s} {seconds:7.2f} s  peak memory +{peak:7.1f} MB"
@@ -178,12 +168,7 @@ def main():
     forward = results["forward only"][0]
     print(f"\nCKA stage share of our total time: {max(0.0, ours_seconds - forward) / ours_seconds:.0%} "
           f"(forward passes alone: {forward:.2f} s)")
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    process = ctx.Process(target=memory_worker, args=((512, 4096), args.threads, queue))
-    process.start()
-    small, large = queue.get()
-    process.join()
+    small, large = run_in_fresh_process(memory_worker, (512, 4096), args.threads)
     print(f"our peak memory during the CKA run (after a warm-up run): +{small:.1f} MB for 512 images, "
           f"+{large:.1f} MB for 4,096 images")
 

@@ -56,7 +56,8 @@ def _torchvision_set(name: str, count: int | None, download: bool) -> ImageSet:
         raise RuntimeError(f"Could not get the {name} images ({type(error).__name__}: {str(error)[:150]}). "
                            "Offline? Use the lite track's 'shapes' images, or image_set('path/to/your/folder').") from None
     n = len(dataset) if count is None else min(count, len(dataset))
-    return ImageSet(name, n, lambda i: dataset[i][0], [dataset[i][1] for i in range(n)] if name == "cifar10" else None)
+    labels = list(dataset.targets[:n]) if name == "cifar10" else None  # without decoding every image
+    return ImageSet(name, n, lambda i: dataset[i][0], labels)
 
 
 def _folder_set(folder: Path, count: int | None) -> ImageSet:
