@@ -77,3 +77,49 @@ def mean_attention_distance(attn: torch.Tensor, patch_size: int, num_prefix_toke
 def uniform_attention_distance(grid: int, patch_size: int) -> float:
     """The mean distance of a head that attends uniformly to all patches: the 'fully global' reference."""
     return float(patch_distances(grid, patch_size).mean())
+
+
+def _patch_size(model) -> int:
+    size = model.patch_embed.patch_size
+    return int(size[0] if isinstance(size, (tuple, list)) else size)
+
+
+@torch.no_grad()
+def attention_distance_table(model, images, batch_size: int = 64, device=None):
+    """Mean attention distance (px) of every head of every block, averaged over all `images`.
+
+    images: a helpers.data.ImageSet, preprocessed the model's own way; streamed in batches, so
+    only one batch of attention maps exists at a time. Returns a (blocks, heads) float64 numpy
+    array. Patch queries and keys only, renormalised over patch keys (see mean_attention_distance).
+    """
+    from helpers.data import batches  # here, not at the top: helpers.data imports timm, this module need not
+
+    patch, prefix = _patch_size(model), model.num_prefix_tokens
+    total, count = None, 0
+    for x in batches(images, model, batch_size, device):
+        per_block = torch.stack([mean_attention_distance(a, patch, prefix) for a in attention_maps(model, x)])
+        total = per_block * len(x) if total is None else total + per_block * len(x)
+        count += len(x)
+    if count == 0:
+        raise ValueError("No images: attention distances need at least one image.")
+    return (total / count).cpu().numpy()
+
+
+def attention_of_heads(model, images: torch.Tensor, block: int) -> torch.Tensor:
+    """Each head's output of one block before the output projection, softmax(q k^T) v, as
+    (B, heads, N, head_dim): the representation of a single head (notebook 09, finding F3).
+
+    images: (B, 3, H, W) preprocessed. It is the input of `blocks.<block>.attn.proj`, split by head.
+    """
+    attn = model.blocks[block].attn
+    captured = []
+    handle = attn.proj.register_forward_pre_hook(lambda _m, args: captured.append(args[0].detach().clone()))
+    try:
+        with torch.no_grad():
+            model(images)
+    finally:
+        handle.remove()
+    if len(captured) != 1:
+        raise RuntimeError(f"blocks.{block}.attn.proj ran {len(captured)} times in one forward pass; expected once.")
+    B, N, D = captured[0].shape
+    return captured[0].reshape(B, N, attn.num_heads, D // attn.num_heads).permute(0, 2, 1, 3)

@@ -19,6 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from helpers import models
+from helpers.attention import attention_of_heads
 from helpers.capture import Capture
 from helpers.data import ImageSet, batches
 from helpers.minibatch_cka import CKAMatrix, MinibatchCKA, centered_gram, check_finite_grams
@@ -88,4 +89,40 @@ def cka_matrix(model_a, images: ImageSet, layers_a="blocks", model_b=None, layer
             "layers_b": str(layers_b if not within else layers_a), "policy_a": policy_a, "policy_b": policy_b,
             "images": images.name, "batch_size": batch_size, "device": str(device), "amp": bool(amp),
             "seconds": round(time.time() - start, 2), **(meta or {})}
+    return accumulator.result(info)
+
+
+def head_groups_cka(vit, cnn, images: ImageSet, head_groups: dict, cnn_layers, block: int = 0,
+                    batch_size: int = 256, progress: bool = False) -> CKAMatrix:
+    """Minibatch linear CKA between groups of one ViT block's attention heads and CNN layers (F3, Fig. 5).
+
+    head_groups: {label: [head indices]}; a group's representation is its heads' outputs
+    softmax(q k^T) v before the output projection, patch tokens only (CLS left out), flattened
+    per image: (B, patches * heads_in_group * head_dim).
+    cnn_layers: names, globs or a preset for helpers.capture (each flattened per image).
+    Returns a CKAMatrix: rows = head groups, columns = CNN layers.
+    """
+    start = time.time()
+    vit, cnn = vit.eval(), cnn.eval()
+    heads = vit.blocks[block].attn.num_heads
+    bad = sorted({h for group in head_groups.values() for h in group if not 0 <= h < heads})
+    if bad or not head_groups or not all(head_groups.values()):
+        raise ValueError(f"head_groups must be non-empty lists of head indices 0..{heads - 1} of block {block}; got {head_groups}.")
+    capture = Capture(cnn, cnn_layers)
+    accumulator = MinibatchCKA(list(head_groups), capture.labels)
+    prefix = vit.num_prefix_tokens
+    n_batches = -(-len(images) // batch_size)
+    with torch.no_grad(), capture:
+        for x_vit, x_cnn in tqdm(zip(batches(images, vit, batch_size), batches(images, cnn, batch_size)),
+                                 total=n_batches, desc="CKA", disable=not progress):
+            if len(x_vit) < 4:
+                print(f"Note: the last {len(x_vit)} image(s) were skipped (a batch needs at least 4).")
+                break
+            outputs = attention_of_heads(vit, x_vit, block)[:, :, prefix:]  # (B, heads, patches, head_dim)
+            groups = [outputs[:, group].flatten(1) for group in head_groups.values()]
+            cnn(x_cnn)
+            accumulator.update(groups, capture.take())
+    info = {"model_a": type(vit).__name__, "model_b": type(cnn).__name__, "block": block,
+            "head_groups": {k: list(v) for k, v in head_groups.items()}, "layers_b": str(cnn_layers),
+            "images": images.name, "batch_size": batch_size, "seconds": round(time.time() - start, 2)}
     return accumulator.result(info)

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from helpers import attention, shapes, zoo
 from helpers.course import DATA_DIR
+from helpers.data import image_set
 
 MODELS_DIR = DATA_DIR / "models"
 
@@ -69,8 +70,13 @@ def accuracy(model, images_uint8: torch.Tensor, labels: torch.Tensor, batch: int
     return correct / len(images_uint8)
 
 
-def train(model, recipe: zoo.Recipe, progress: bool = True) -> dict:
-    """Train in place. Returns a small log (steps, seconds, last loss)."""
+def train(model, recipe: zoo.Recipe, progress: bool = True, probe_every: int = 0) -> dict:
+    """Train in place. Returns a small log (steps, seconds, last loss).
+
+    probe_every > 0 (ViTs): every that many steps, measure the per-head attention distances on
+    held-out images and keep them in the log's "attention_history", so one can see when (and
+    whether) local heads appear during training.
+    """
     torch.manual_seed(recipe.seed)
     generator = torch.Generator().manual_seed(recipe.seed)
     images, labels = shapes.load_split("train", recipe.data_fraction)
@@ -79,7 +85,7 @@ def train(model, recipe: zoo.Recipe, progress: bool = True) -> dict:
     optimiser = torch.optim.AdamW([{"params": decay, "weight_decay": recipe.weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=recipe.lr)
     model.train()
-    start, loss_ema = time.time(), None
+    start, loss_ema, history = time.time(), None, []
     bar = tqdm(range(recipe.steps), desc="training", disable=not progress, mininterval=5)
     for step in bar:
         idx = torch.randint(0, len(images), (recipe.batch_size,), generator=generator)
@@ -94,16 +100,24 @@ def train(model, recipe: zoo.Recipe, progress: bool = True) -> dict:
         loss_ema = loss.item() if loss_ema is None else 0.98 * loss_ema + 0.02 * loss.item()
         if step % 50 == 0:
             bar.set_postfix(loss=f"{loss_ema:.3f}")
+        if probe_every and (step + 1) % probe_every == 0:
+            model.eval()
+            distances = attention_distances(model, count=256)
+            model.train()
+            history.append({"step": step + 1, "loss": round(loss_ema, 4), "attention_distance_px": distances})
+            bar.write(f"step {step + 1}: lowest head in blocks 0-1 {min(distances[0] + distances[1]):.1f} px, "
+                      f"last block {min(distances[-1]):.1f}-{max(distances[-1]):.1f} px, loss {loss_ema:.3f}")
     model.eval()
-    return {"steps": recipe.steps, "train_seconds": round(time.time() - start, 1), "final_loss": round(loss_ema, 4)}
+    log = {"steps": recipe.steps, "train_seconds": round(time.time() - start, 1), "final_loss": round(loss_ema, 4)}
+    if history:
+        log["attention_history"] = history
+    return log
 
 
-def attention_distances(model, recipe: zoo.Recipe, count: int = 500) -> list:
-    """Per block, per head mean attention distance (px) on held-out images."""
-    images, _ = shapes.load_split("test", count=count)
-    maps = attention.attention_maps(model, normalise(images))
-    return [[round(float(d), 2) for d in attention.mean_attention_distance(a, recipe.vit["patch_size"], model.num_prefix_tokens)]
-            for a in maps]
+def attention_distances(model, count: int = 500) -> list:
+    """Per block, per head mean attention distance (px) on the first `count` held-out images."""
+    table = attention.attention_distance_table(model, image_set("shapes", count=count), batch_size=count)
+    return [[round(float(d), 2) for d in heads] for heads in table]
 
 
 CHECK_IMAGES = 2000  # the held-out images the test suite re-evaluates every checkpoint on
@@ -123,18 +137,35 @@ def to_fp16_and_back(model) -> None:
                 t.copy_(t.half().float())
 
 
+def reproducing_command(argv: list) -> str:
+    """The command line that retrains this model, less --out (where the files go does not change them)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip or arg.startswith("--out="):
+            skip = False
+            continue
+        if arg == "--out":
+            skip = True
+            continue
+        kept.append(arg)
+    return "python -m helpers.train " + " ".join(kept)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("name", choices=sorted(zoo.ZOO), help="which zoo model to train")
     parser.add_argument("--steps", type=int, help="override the recipe's number of steps (experiments)")
+    parser.add_argument("--probe-every", type=int, default=0, metavar="N",
+                        help="ViTs: measure attention distances every N steps and keep them in the card")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads for torch (default 2)")
     parser.add_argument("--out", type=Path, default=MODELS_DIR, help="folder for <name>.safetensors and <name>.json")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
     recipe = zoo.ZOO[args.name] if args.steps is None else replace(zoo.ZOO[args.name], steps=args.steps)
+    torch.manual_seed(recipe.seed)  # the initial weights, too, follow from the recipe's seed
     model = zoo.build(recipe)
-    log = train(model, recipe)
+    log = train(model, recipe, probe_every=args.probe_every if recipe.arch == "vit" else 0)
     to_fp16_and_back(model)
     test_images, test_labels = shapes.load_split("test")
     card = {
@@ -148,13 +179,13 @@ def main(argv=None) -> int:
         "check_images": CHECK_IMAGES,
         **log,
         "threads": args.threads,
-        "command": "python -m helpers.train " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": reproducing_command(argv if argv is not None else sys.argv[1:]),
         "versions": {"torch": torch.__version__, "timm": timm.__version__, "python": platform.python_version()},
         "weights": "float16 safetensors; load with helpers.models.load",
     }
     if recipe.arch == "vit":
         grid = shapes.IMAGE_SIZE // recipe.vit["patch_size"]
-        card["attention_distance_px"] = attention_distances(model, recipe)
+        card["attention_distance_px"] = attention_distances(model)
         card["uniform_attention_distance_px"] = round(attention.uniform_attention_distance(grid, recipe.vit["patch_size"]), 2)
     args.out.mkdir(parents=True, exist_ok=True)
     save_file({k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in model.state_dict().items()}, str(args.out / f"{args.name}.safetensors"),

@@ -36,7 +36,7 @@ class Recipe:
     label_smoothing: float = 0.1
     vit: dict = field(default_factory=lambda: dict(embed_dim=64, depth=6, num_heads=4, mlp_ratio=2.0,
                                                    patch_size=4, class_token=True, global_pool="token",
-                                                   pos_embed="sincos", no_skip_block=None))
+                                                   pos_embed="sincos-grid", no_skip_block=None))
     resnet: dict = field(default_factory=lambda: dict(layers=(2, 2, 2, 2), channels=(32, 64, 128, 256),
                                                       stem_width=16))
 
@@ -58,8 +58,8 @@ ZOO: dict[str, Recipe] = {
     "lite-vit-noskip-1": _vit(vit=dict(no_skip_block=1)),
     "lite-vit-noskip-3": _vit(vit=dict(no_skip_block=3)),
     "lite-vit-noskip-5": _vit(vit=dict(no_skip_block=5)),
-    "lite-vit-data03": _vit(data_fraction=0.03),
-    "lite-vit-data10": _vit(data_fraction=0.10),
+    "lite-vit-data03": _vit(data_fraction=0.03, vit=dict(pos_embed="sincos")),  # until retrained
+    "lite-vit-data10": _vit(data_fraction=0.10, vit=dict(pos_embed="sincos")),  # until retrained
     "lite-vit-data30": _vit(data_fraction=0.30),
     "lite-resnet": Recipe(arch="resnet", steps=3000, lr=2e-3),
     "lite-resnet-seed1": Recipe(arch="resnet", steps=3000, lr=2e-3, seed=1),
@@ -78,12 +78,26 @@ class NoSkipBlock(Block):
         return self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
 
 
-def sincos_2d(grid: int, dim: int) -> torch.Tensor:
+def sincos_2d(grid: int, dim: int, scale: str = "grid") -> torch.Tensor:
     """Fixed 2-D sine-cosine position embedding: (grid*grid, dim); half the channels encode the row,
-    half the column, each with sin and cos at geometrically spaced frequencies."""
+    half the column, each with sin and cos at geometrically spaced frequencies.
+
+    scale="grid": wavelengths from 2.2 patches to 4 x grid, so every channel varies across the grid
+    and the dot product of two positions falls quickly with their distance (position is legible).
+    scale="10000": the frequencies of sequence models (base 10000, as in MAE); on an 8 x 8 grid most
+    channels are almost constant, and positions 7 patches apart still have similarity 0.7.
+    """
     if dim % 4:
         raise ValueError(f"embed_dim must be divisible by 4 for 2-D sin-cos embeddings, got {dim}.")
-    freqs = 1.0 / (10000 ** (torch.arange(dim // 4, dtype=torch.float64) / (dim // 4)))
+    n = dim // 4
+    steps = torch.arange(n, dtype=torch.float64)
+    if scale == "grid":
+        shortest, longest = 2.2, 4.0 * grid
+        freqs = 2 * torch.pi / (shortest * (longest / shortest) ** (steps / max(1, n - 1)))
+    elif scale == "10000":
+        freqs = 1.0 / (10000 ** (steps / n))
+    else:
+        raise ValueError(f"Unknown sin-cos scale {scale!r}; use 'grid' or '10000'.")
     rows, cols = torch.meshgrid(torch.arange(grid, dtype=torch.float64), torch.arange(grid, dtype=torch.float64), indexing="ij")
     parts = []
     for coord in (rows.reshape(-1), cols.reshape(-1)):
@@ -92,18 +106,24 @@ def sincos_2d(grid: int, dim: int) -> torch.Tensor:
     return torch.cat(parts, dim=1).float()
 
 
+# pos_embed values of a recipe: "learned" (timm's default), or a fixed sin-cos table of either scale.
+SINCOS_SCALES = {"sincos-grid": "grid", "sincos": "10000"}
+
+
 def build_vit(cfg: dict, num_classes: int = 10) -> VisionTransformer:
     model = VisionTransformer(
         img_size=shapes.IMAGE_SIZE, patch_size=cfg["patch_size"], num_classes=num_classes,
         embed_dim=cfg["embed_dim"], depth=cfg["depth"], num_heads=cfg["num_heads"], mlp_ratio=cfg["mlp_ratio"],
         class_token=cfg["class_token"], global_pool=cfg["global_pool"])
-    if cfg["pos_embed"] == "sincos":
+    if cfg["pos_embed"] in SINCOS_SCALES:
         grid = shapes.IMAGE_SIZE // cfg["patch_size"]
-        table = sincos_2d(grid, cfg["embed_dim"])
+        table = sincos_2d(grid, cfg["embed_dim"], SINCOS_SCALES[cfg["pos_embed"]])
         prefix = model.pos_embed.shape[1] - grid * grid  # the CLS token's slot (zeros) when there is one
         with torch.no_grad():
             model.pos_embed.copy_(torch.cat([torch.zeros(prefix, cfg["embed_dim"]), table])[None])
         model.pos_embed.requires_grad_(False)  # fixed, not learned (see data/README.md for why)
+    elif cfg["pos_embed"] != "learned":
+        raise ValueError(f"Unknown pos_embed {cfg['pos_embed']!r}; use 'learned' or one of {sorted(SINCOS_SCALES)}.")
     if cfg["no_skip_block"] is not None:
         model.blocks[cfg["no_skip_block"]].__class__ = NoSkipBlock
     return model

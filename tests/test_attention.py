@@ -53,3 +53,31 @@ def test_mean_attention_distance_known_cases():
 def test_models_without_attention_are_refused():
     with pytest.raises(ValueError, match="timm ViTs"):
         attention.attention_maps(zoo.build("lite-resnet"), torch.randn(1, 3, 32, 32))
+
+
+def test_distance_table_streams_batches_without_changing_the_answer():
+    from helpers.data import image_set, preprocess_for
+
+    torch.manual_seed(0)
+    model = zoo.build("lite-vit").eval()
+    images = image_set("shapes", count=40)
+    table = attention.attention_distance_table(model, images, batch_size=16)  # batches of 16, 16, 8
+    maps = attention.attention_maps(model, preprocess_for(model)(images.tensor))
+    direct = torch.stack([attention.mean_attention_distance(a, 4, 1) for a in maps]).numpy()
+    assert table.shape == (6, 4)
+    assert abs(table - direct).max() < 1e-9
+
+
+def test_head_outputs_are_what_the_projection_mixes():
+    torch.manual_seed(0)
+    model = zoo.build("lite-vit").eval()
+    x = torch.randn(3, 3, 32, 32)
+    heads = attention.attention_of_heads(model, x, block=2)  # (B, heads, N, head_dim)
+    assert heads.shape == (3, 4, 65, 16)
+    captured = []
+    handle = model.blocks[2].attn.register_forward_hook(lambda _m, _i, out: captured.append(out))
+    with torch.no_grad():
+        model(x)
+    handle.remove()
+    concatenated = heads.permute(0, 2, 1, 3).reshape(3, 65, 64)
+    assert torch.allclose(model.blocks[2].attn.proj(concatenated), captured[0], atol=1e-6)

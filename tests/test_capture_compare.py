@@ -149,3 +149,25 @@ def test_matrix_does_not_depend_on_batch_size_beyond_noise(vit):
     big = cka_matrix(vit, images, "blocks", batch_size=256, progress=False).values
     small = cka_matrix(vit, images, "blocks", batch_size=128, progress=False).values
     assert np.abs(big - small).max() < 0.05
+
+
+def test_head_groups_cka_equals_direct_computation_on_one_batch(vit, resnet):
+    from helpers.attention import attention_of_heads
+    from helpers.compare import head_groups_cka
+    from helpers.data import batches
+
+    images = image_set("shapes", count=64)
+    groups = {"heads 0+1": [0, 1], "head 3": [3]}
+    result = head_groups_cka(vit, resnet, images, groups, ["layer1.0", "layer2.1"], batch_size=64)
+    x = next(batches(images, vit, 64))
+    heads = attention_of_heads(vit, x, 0)[:, :, 1:]  # patch tokens of every head of block 0
+    with torch.no_grad(), Capture(resnet, ["layer1.0", "layer2.1"]) as rec:
+        resnet(next(batches(images, resnet, 64)))
+        cnn = rec.take()
+    for i, group in enumerate(groups.values()):
+        for j, features in enumerate(cnn.values()):
+            direct = cka.linear_cka(heads[:, group].flatten(1), features, debiased=True)
+            assert result.values[i, j] == pytest.approx(direct, abs=1e-4)
+    assert result.rows == list(groups) and result.cols == ["layer1.0", "layer2.1"]
+    with pytest.raises(ValueError, match="head indices"):
+        head_groups_cka(vit, resnet, images, {"bad": [4]}, ["layer1.0"])

@@ -1,0 +1,40 @@
+"""The lite zoo's recipes and parts: position tables, bundled cards that match their recipes."""
+
+import json
+
+import pytest
+import torch
+
+from helpers import models, zoo
+
+
+def _similarity_by_distance(table: torch.Tensor, grid: int) -> torch.Tensor:
+    """Cosine similarity between row 0, column 0 and the positions 0..grid-1 along the first row."""
+    t = torch.nn.functional.normalize(table, dim=1)
+    return t[:grid] @ t[0]
+
+
+def test_grid_scaled_sincos_makes_distance_legible():
+    grid = 8
+    grid_scaled = _similarity_by_distance(zoo.sincos_2d(grid, 64, "grid"), grid)
+    sequence_scaled = _similarity_by_distance(zoo.sincos_2d(grid, 64, "10000"), grid)
+    assert torch.all(grid_scaled[1:4] < grid_scaled[:3]), "similarity should fall over the first patches"
+    assert grid_scaled[-1] < 0.6 < sequence_scaled[-1], "far positions should look different only on the grid scale"
+    assert zoo.sincos_2d(grid, 64).shape == (grid * grid, 64)
+
+
+def test_bad_position_settings_are_refused():
+    with pytest.raises(ValueError, match="divisible by 4"):
+        zoo.sincos_2d(8, 62)
+    with pytest.raises(ValueError, match="scale"):
+        zoo.sincos_2d(8, 64, "log")
+    with pytest.raises(ValueError, match="pos_embed"):
+        zoo.build_vit({**zoo.ZOO["lite-vit"].vit, "pos_embed": "sin-cos"})
+
+
+@pytest.mark.parametrize("card_path", sorted(models.MODELS_DIR.glob("*.json")), ids=lambda p: p.stem)
+def test_bundled_card_matches_its_recipe(card_path):
+    """`python -m helpers.train NAME` must rebuild what the card describes."""
+    card = json.loads(card_path.read_text())
+    assert card["recipe"] == json.loads(json.dumps(zoo.ZOO[card["name"]].describe())), \
+        f"{card['name']}: its recipe changed since it was trained; retrain it or restore the recipe"
