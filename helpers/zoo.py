@@ -58,8 +58,8 @@ ZOO: dict[str, Recipe] = {
     "lite-vit-noskip-1": _vit(vit=dict(no_skip_block=1)),
     "lite-vit-noskip-3": _vit(vit=dict(no_skip_block=3)),
     "lite-vit-noskip-5": _vit(vit=dict(no_skip_block=5)),
-    "lite-vit-data03": _vit(data_fraction=0.03, vit=dict(pos_embed="sincos")),  # until retrained
-    "lite-vit-data10": _vit(data_fraction=0.10, vit=dict(pos_embed="sincos")),  # until retrained
+    "lite-vit-data03": _vit(data_fraction=0.03),
+    "lite-vit-data10": _vit(data_fraction=0.10),
     "lite-vit-data30": _vit(data_fraction=0.30),
     "lite-resnet": Recipe(arch="resnet", steps=3000, lr=2e-3),
     "lite-resnet-seed1": Recipe(arch="resnet", steps=3000, lr=2e-3, seed=1),
