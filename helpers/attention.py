@@ -111,6 +111,9 @@ def attention_of_heads(model, images: torch.Tensor, block: int) -> torch.Tensor:
 
     images: (B, 3, H, W) preprocessed. It is the input of `blocks.<block>.attn.proj`, split by head.
     """
+    if not hasattr(model, "blocks") or not 0 <= block < len(model.blocks):
+        raise ValueError(f"Block {block} does not exist: give a block index 0..{len(getattr(model, 'blocks', [])) - 1} "
+                         "of a timm VisionTransformer.")
     attn = model.blocks[block].attn
     captured = []
     handle = attn.proj.register_forward_pre_hook(lambda _m, args: captured.append(args[0].detach().clone()))
@@ -120,6 +123,7 @@ def attention_of_heads(model, images: torch.Tensor, block: int) -> torch.Tensor:
     finally:
         handle.remove()
     if len(captured) != 1:
-        raise RuntimeError(f"blocks.{block}.attn.proj ran {len(captured)} times in one forward pass; expected once.")
+        raise RuntimeError(f"blocks.{block}.attn.proj ran {len(captured)} times in one forward pass; expected once. "
+                           "Head outputs need a timm VisionTransformer whose blocks each run once per forward pass.")
     B, N, D = captured[0].shape
     return captured[0].reshape(B, N, attn.num_heads, D // attn.num_heads).permute(0, 2, 1, 3)
