@@ -3,6 +3,7 @@
     result = cka_matrix("lite-vit", image_set("shapes", count=2048), "sublayers")        # within a model
     result = cka_matrix(vit, images, "blocks", model_b=resnet, layers_b="blocks")       # across models
     plots.cka_heatmap(result); result.save("outputs/vit_vs_resnet.npz")
+    label_cka(vit, images, "blocks", policy="cls")        # how much class structure each layer holds
 
 Per batch: one forward pass per model; inside each hook the layer's activations become the
 Gram of their column-centered rows (float32) at once, so activations are never kept; the
@@ -124,5 +125,37 @@ def head_groups_cka(vit, cnn, images: ImageSet, head_groups: dict, cnn_layers, b
             accumulator.update(groups, capture.take())
     info = {"model_a": type(vit).__name__, "model_b": type(cnn).__name__, "block": block,
             "head_groups": {k: list(v) for k, v in head_groups.items()}, "layers_b": str(cnn_layers),
+            "images": images.name, "batch_size": batch_size, "seconds": round(time.time() - start, 2)}
+    return accumulator.result(info)
+
+
+def label_cka(model, images: ImageSet, layers="blocks", policy: str = "all", batch_size: int = 256,
+              progress: bool = False) -> CKAMatrix:
+    """Minibatch linear CKA between each layer and the class labels: how much class structure a layer holds.
+
+    The labels enter as one-hot rows (B, classes), whose Gram says "same class or not"; a layer
+    whose examples cluster exactly by class gets 1, one that ignores the class gets about 0.
+    images: an ImageSet with .labels (shapes, cifar10, imagenette, a folder of class subfolders).
+    layers, policy: as in cka_matrix. Returns a CKAMatrix: rows = layers, one column "class labels".
+    """
+    if images.labels is None:
+        raise ValueError(f"The image set '{images.name}' has no class labels. Use 'shapes', 'cifar10', 'imagenette' "
+                         "or a folder with one subfolder per class.")
+    start = time.time()
+    model = models.load(model) if isinstance(model, str) else model.eval()
+    one_hot = torch.nn.functional.one_hot(torch.as_tensor(images.labels)).float()
+    capture = Capture(model, layers, policy, transform=_gram_of_rows)
+    accumulator = MinibatchCKA(capture.labels, ["class labels"])
+    seen = 0
+    with torch.no_grad(), capture:
+        for x in tqdm(batches(images, model, batch_size), total=-(-len(images) // batch_size), desc="CKA", disable=not progress):
+            if len(x) < 4:
+                print(f"Note: the last {len(x)} image(s) were skipped (a batch needs at least 4).")
+                break
+            model(x)
+            label_gram = centered_gram(one_hot[seen:seen + len(x)].to(x.device))[None]
+            accumulator.update_grams(_stacked_grams(capture), label_gram)
+            seen += len(x)
+    info = {"model_a": type(model).__name__, "model_b": "class labels", "layers_a": str(layers), "policy_a": policy,
             "images": images.name, "batch_size": batch_size, "seconds": round(time.time() - start, 2)}
     return accumulator.result(info)

@@ -43,6 +43,16 @@ def _shapes_set(count: int, split: str) -> ImageSet:
     return ImageSet("shapes", len(images), lambda i: images[i], labels.tolist(), tensor=images)
 
 
+def _fixed_order(n: int) -> list:
+    """A shuffled order of range(n), the same on every machine (seed 0).
+
+    Folders and torchvision test sets are sorted by class. Taking their first `count` images
+    would keep only a few classes, and every minibatch would hold one class (which biases
+    minibatch CKA); a fixed shuffle avoids both and keeps runs reproducible.
+    """
+    return torch.randperm(n, generator=torch.Generator().manual_seed(0)).tolist()
+
+
 def _torchvision_set(name: str, count: int | None, download: bool) -> ImageSet:
     import torchvision
 
@@ -55,12 +65,20 @@ def _torchvision_set(name: str, count: int | None, download: bool) -> ImageSet:
     except Exception as error:  # no network, or an interrupted download
         raise RuntimeError(f"Could not get the {name} images ({type(error).__name__}: {str(error)[:150]}). "
                            "Offline? Use the lite track's 'shapes' images, or image_set('path/to/your/folder').") from None
-    n = len(dataset) if count is None else min(count, len(dataset))
-    labels = list(dataset.targets[:n]) if name == "cifar10" else None  # without decoding every image
-    return ImageSet(name, n, lambda i: dataset[i][0], labels)
+    order = _fixed_order(len(dataset))
+    order = order if count is None else order[:count]
+    # labels without decoding every image: CIFAR keeps them in .targets, Imagenette in (path, label) pairs
+    all_labels = dataset.targets if name == "cifar10" else [label for _, label in getattr(dataset, "_samples", [])]
+    labels = [all_labels[i] for i in order] if len(all_labels) == len(dataset) else None
+    return ImageSet(name, len(order), lambda i: dataset[order[i]][0], labels)
 
 
 def _folder_set(folder: Path, count: int | None) -> ImageSet:
+    """Images in `folder` and its subfolders, in a fixed shuffled order.
+
+    With one subfolder per class (the ImageFolder layout) the labels are the subfolder
+    indices in sorted order; with all images in `folder` itself there are no labels.
+    """
     from PIL import Image
 
     if not folder.is_dir():
@@ -68,14 +86,20 @@ def _folder_set(folder: Path, count: int | None) -> ImageSet:
     files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS)
     if not files:
         raise ValueError(f"No images found in {folder} (looked for {', '.join(IMAGE_EXTENSIONS)} files, in subfolders too).")
+    classes = sorted({f.parent for f in files})  # from every file, so a label does not depend on `count`
+    files = [files[i] for i in _fixed_order(len(files))]
     files = files if count is None else files[:count]
-    return ImageSet(str(folder), len(files), lambda i: Image.open(files[i]).convert("RGB"))
+    labels = [classes.index(f.parent) for f in files] if folder not in classes else None
+    return ImageSet(str(folder), len(files), lambda i: Image.open(files[i]).convert("RGB"), labels)
 
 
 def image_set(source: str, count: int | None = None, split: str = "test", download: bool = True) -> ImageSet:
     """An ordered image set by name ('shapes', 'imagenette', 'cifar10') or folder path.
 
-    count: how many images (the first `count`, always the same ones). split: for 'shapes' only.
+    count: how many images (always the same ones; folders and torchvision sets are taken in a
+    fixed shuffled order so that any count mixes the classes). split: for 'shapes' only.
+    .labels holds class indices where the source has them (shapes, cifar10, imagenette, a folder
+    with one subfolder per class), else None.
     """
     if source == "shapes":
         return _shapes_set(count or 2048, split)

@@ -171,3 +171,33 @@ def test_head_groups_cka_equals_direct_computation_on_one_batch(vit, resnet):
     assert result.rows == list(groups) and result.cols == ["layer1.0", "layer2.1"]
     with pytest.raises(ValueError, match="head indices"):
         head_groups_cka(vit, resnet, images, {"bad": [4]}, ["layer1.0"])
+
+
+def test_label_cka_equals_direct_computation_and_knows_a_perfect_layer(vit):
+    from helpers.compare import label_cka
+    from helpers.data import ImageSet, batches
+
+    images = image_set("shapes", count=64)
+    result = label_cka(vit, images, "blocks", policy="cls", batch_size=64)
+    one_hot = torch.nn.functional.one_hot(torch.tensor(images.labels)).float()
+    with torch.no_grad(), Capture(vit, "blocks", "cls") as rec:
+        vit(next(batches(images, vit, 64)))
+        features = rec.take()
+    for i, f in enumerate(features.values()):
+        assert result.values[i, 0] == pytest.approx(cka.linear_cka(f, one_hot, debiased=True), abs=1e-4)
+    assert result.cols == ["class labels"] and result.rows == list(features)
+
+    class Oracle(torch.nn.Module):  # a "layer" that outputs each image's label, one-hot: CKA exactly 1
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.ones(1))
+            self.layer = torch.nn.Identity()
+            self.pretrained_cfg = vit.pretrained_cfg  # 32 x 32 input, so the shapes images fit
+
+        def forward(self, x):
+            return self.layer(self.scale * one_hot[: len(x)])
+
+    perfect = label_cka(Oracle(), ImageSet("shapes", 64, images.get, images.labels, images.tensor), ["layer"], batch_size=64)
+    assert perfect.values[0, 0] == pytest.approx(1.0, abs=1e-6)
+    with pytest.raises(ValueError, match="no class labels"):
+        label_cka(vit, ImageSet("unlabelled", 64, images.get, None, images.tensor), "blocks")

@@ -62,3 +62,26 @@ def test_lite_models_use_their_data_config():
     assert batch.shape == (8, 3, 32, 32)
     expected = (images.get(0).float() / 255 - 0.5) / 0.25
     assert torch.allclose(batch[0], expected)
+
+
+def test_class_folders_are_mixed_and_labelled(tmp_path):
+    """A class-sorted folder must not give single-class minibatches or drop classes under `count`."""
+    from PIL import Image
+    for k, c in enumerate(("cat", "dog", "eel")):
+        (tmp_path / c).mkdir()
+        for i in range(20):
+            Image.new("RGB", (8, 8), (i, 50 * k, 0)).save(tmp_path / c / f"{i:02d}.png")
+    images = data.image_set(str(tmp_path), count=12)
+    assert len(images) == 12 and set(images.labels) == {0, 1, 2}
+    again = data.image_set(str(tmp_path))
+    assert again.labels[:12] == images.labels  # the same fixed order on every call
+    assert sorted(again.labels) == [0] * 20 + [1] * 20 + [2] * 20
+    for i in range(len(images)):  # each image's label is its own folder's
+        assert images.get(i).getpixel((0, 0))[1] == 50 * images.labels[i]
+
+
+def test_a_flat_folder_has_no_labels(tmp_path):
+    from PIL import Image
+    for i in range(3):
+        Image.new("RGB", (8, 8)).save(tmp_path / f"{i}.png")
+    assert data.image_set(str(tmp_path)).labels is None
