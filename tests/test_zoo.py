@@ -38,3 +38,10 @@ def test_bundled_card_matches_its_recipe(card_path):
     card = json.loads(card_path.read_text())
     assert card["recipe"] == json.loads(json.dumps(zoo.ZOO[card["name"]].describe())), \
         f"{card['name']}: its recipe changed since it was trained; retrain it or restore the recipe"
+
+
+def test_every_zoo_model_is_bundled_with_weights_and_a_card():
+    """The issue's zoo is complete: each recipe has its safetensors file and its card."""
+    for name in zoo.ZOO:
+        assert (models.MODELS_DIR / f"{name}.safetensors").is_file(), f"{name}: no weights; train it with python -m helpers.train {name}"
+        assert (models.MODELS_DIR / f"{name}.json").is_file(), f"{name}: no model card"
