@@ -22,6 +22,24 @@ def use_style() -> None:
     })
 
 
+def save_figure(fig, name: str, folder=None):
+    """Save `fig` as outputs/figures/<name>.png and .pdf (for reports); returns the PNG's path.
+
+    name: a file name without extension, e.g. "07_resnet_vs_vit_lite". folder: where to save
+    (default: the course's git-ignored outputs/figures).
+    """
+    from pathlib import Path
+    from helpers.course import OUTPUT_DIR
+
+    if not name or any(c in name for c in "/\\") or Path(name).suffix:
+        raise ValueError(f"Give a plain file name without folder or extension (got '{name}'); PNG and PDF are both written.")
+    folder = Path(folder) if folder is not None else OUTPUT_DIR / "figures"
+    folder.mkdir(parents=True, exist_ok=True)
+    fig.savefig(folder / f"{name}.pdf", bbox_inches="tight")
+    fig.savefig(folder / f"{name}.png", bbox_inches="tight")
+    return folder / f"{name}.png"
+
+
 def heatmap(values, rows=None, cols=None, ax=None, title="", xlabel="", ylabel="",
             vmin=0.0, vmax=1.0, colorbar=True, max_ticks=40, cbar_label="CKA"):
     """Draw a matrix with its origin at the bottom-left, like the paper's CKA figures.
