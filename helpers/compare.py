@@ -4,6 +4,7 @@
     result = cka_matrix(vit, images, "blocks", model_b=resnet, layers_b="blocks")       # across models
     plots.cka_heatmap(result); result.save("outputs/vit_vs_resnet.npz")
     label_cka(vit, images, "blocks", policy="cls")        # how much class structure each layer holds
+    within_class_cka(resnet, vit, images, "blocks", "blocks", "mean", "cls")  # what is shared beyond the class
 
 Per batch: one forward pass per model; inside each hook the layer's activations become the
 Gram of their column-centered rows (float32) at once, so activations are never kept; the
@@ -158,4 +159,65 @@ def label_cka(model, images: ImageSet, layers="blocks", policy: str = "all", bat
             seen += len(x)
     info = {"model_a": type(model).__name__, "model_b": "class labels", "layers_a": str(layers), "policy_a": policy,
             "images": images.name, "batch_size": batch_size, "seconds": round(time.time() - start, 2)}
+    return accumulator.result(info)
+
+
+MAX_KEPT_VALUES = 2**28  # features kept in memory by within_class_cka: 1 GiB of float32
+
+
+def pooled_features(model, images: ImageSet, layers, policy: str, batch_size: int = 256) -> dict:
+    """Every image's representation at each layer, kept in memory: {layer: (N, p) float32 tensor on the CPU}.
+
+    Meant for pooled token policies ("cls", "mean"), whose p is small; refuses more than
+    MAX_KEPT_VALUES numbers in all, with advice, instead of running out of memory.
+    """
+    model = models.load(model) if isinstance(model, str) else model.eval()
+    kept, total = {}, 0
+    with torch.no_grad(), Capture(model, layers, policy) as capture:
+        for x in batches(images, model, batch_size):
+            model(x)
+            for name, rows in capture.take().items():
+                kept.setdefault(name, []).append(rows.float().cpu())
+                total += rows.numel()
+            if total > MAX_KEPT_VALUES:
+                raise MemoryError(f"Keeping every image's features of {list(kept)} needs more than {MAX_KEPT_VALUES:,} numbers. "
+                                  "Use a pooled token policy ('cls' or 'mean'), fewer layers or fewer images.")
+    return {name: torch.cat(parts) for name, parts in kept.items()}
+
+
+def remove_class_means(features: torch.Tensor, labels) -> torch.Tensor:
+    """(N, p) features minus the mean of each example's class: what varies *within* the classes."""
+    labels = torch.as_tensor(labels)
+    if len(labels) != len(features):
+        raise ValueError(f"{len(features)} feature rows but {len(labels)} labels: give one label per image.")
+    centred = features.clone()
+    for label in labels.unique():
+        members = labels == label
+        centred[members] -= features[members].mean(0)
+    return centred
+
+
+def within_class_cka(model_a, model_b, images: ImageSet, layers_a="blocks", layers_b="blocks",
+                     policy_a: str = "mean", policy_b: str = "cls", batch_size: int = 256) -> CKAMatrix:
+    """Minibatch linear CKA after removing each class's mean from every layer: do two layers share
+    anything beyond the class structure?
+
+    Two good classifiers of the same classes have similar last layers just because both sort the
+    images by class; this removes that shared part (class means over all images) and compares
+    what is left. Every image's features are kept in memory (pooled_features), so use pooled
+    policies. Same estimator and batches as cka_matrix. Returns a CKAMatrix (rows = A's layers).
+    """
+    if images.labels is None:
+        raise ValueError(f"The image set '{images.name}' has no class labels. Use 'shapes', 'cifar10', 'imagenette' "
+                         "or a folder with one subfolder per class.")
+    start = time.time()
+    features_a = {k: remove_class_means(v, images.labels) for k, v in pooled_features(model_a, images, layers_a, policy_a, batch_size).items()}
+    features_b = {k: remove_class_means(v, images.labels) for k, v in pooled_features(model_b, images, layers_b, policy_b, batch_size).items()}
+    accumulator = MinibatchCKA(list(features_a), list(features_b))
+    for begin in range(0, len(images) - 3, batch_size):  # a last batch of 1-3 images cannot be used
+        stop = begin + batch_size
+        accumulator.update([f[begin:stop] for f in features_a.values()], [f[begin:stop] for f in features_b.values()])
+    info = {"layers_a": str(layers_a), "layers_b": str(layers_b), "policy_a": policy_a, "policy_b": policy_b,
+            "class_means_removed": True, "images": images.name, "batch_size": batch_size,
+            "seconds": round(time.time() - start, 2)}
     return accumulator.result(info)

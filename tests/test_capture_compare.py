@@ -201,3 +201,41 @@ def test_label_cka_equals_direct_computation_and_knows_a_perfect_layer(vit):
     assert perfect.values[0, 0] == pytest.approx(1.0, abs=1e-6)
     with pytest.raises(ValueError, match="no class labels"):
         label_cka(vit, ImageSet("unlabelled", 64, images.get, None, images.tensor), "blocks")
+
+
+def test_within_class_cka_equals_direct_computation_on_one_batch(vit, resnet):
+    from helpers.compare import pooled_features, remove_class_means, within_class_cka
+
+    images = image_set("shapes", count=96)
+    result = within_class_cka(resnet, vit, images, "blocks", "blocks", "mean", "cls", batch_size=96)
+    fr = pooled_features(resnet, images, "blocks", "mean")
+    fv = pooled_features(vit, images, "blocks", "cls")
+    assert fr["layer4.1"].shape == (96, 256) and fv["block5"].shape == (96, 64)
+    for i, a in enumerate(fr.values()):
+        for j, b in enumerate(fv.values()):
+            direct = cka.linear_cka(remove_class_means(a, images.labels), remove_class_means(b, images.labels), debiased=True)
+            assert result.values[i, j] == pytest.approx(direct, abs=1e-4)
+    assert result.meta["class_means_removed"] and result.rows[0] == "layer1.0"
+
+
+def test_remove_class_means_leaves_only_within_class_variation():
+    from helpers.compare import remove_class_means
+
+    labels = torch.tensor([0, 0, 1, 1, 1])
+    features = torch.tensor([[1.0, 2.0], [3.0, 2.0], [10.0, 0.0], [11.0, 3.0], [12.0, 6.0]])
+    centred = remove_class_means(features, labels)
+    assert torch.allclose(centred, torch.tensor([[-1.0, 0.0], [1.0, 0.0], [-1.0, -3.0], [0.0, 0.0], [1.0, 3.0]]))
+    with pytest.raises(ValueError, match="one label per image"):
+        remove_class_means(features, labels[:4])
+
+
+def test_within_class_cka_refuses_what_it_cannot_do(vit, resnet, monkeypatch):
+    from helpers import compare
+    from helpers.data import ImageSet
+
+    images = image_set("shapes", count=64)
+    with pytest.raises(ValueError, match="no class labels"):
+        compare.within_class_cka(resnet, vit, ImageSet("unlabelled", 64, images.get, None, images.tensor))
+    monkeypatch.setattr(compare, "MAX_KEPT_VALUES", 1000)
+    with pytest.raises(MemoryError, match="pooled token policy"):
+        compare.pooled_features(vit, images, "blocks", "all")
