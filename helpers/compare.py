@@ -185,16 +185,45 @@ def pooled_features(model, images: ImageSet, layers, policy: str, batch_size: in
     return {name: torch.cat(parts) for name, parts in kept.items()}
 
 
+def regress_out(features: torch.Tensor, covariates: torch.Tensor) -> torch.Tensor:
+    """(N, p) features minus their least-squares fit on (N, k) covariates and a constant.
+
+    What is left cannot be explained linearly by the covariates: e.g. each image's brightness
+    (k = 1), or its class as one-hot rows (then this subtracts each class's mean).
+    Returns float64.
+    """
+    features, covariates = torch.as_tensor(features, dtype=torch.float64), torch.as_tensor(covariates, dtype=torch.float64)
+    if covariates.ndim == 1:
+        covariates = covariates[:, None]
+    if len(covariates) != len(features):
+        raise ValueError(f"{len(features)} feature rows but {len(covariates)} covariate rows: give one row per image.")
+    design = torch.cat([torch.ones(len(features), 1, dtype=torch.float64), covariates], dim=1)
+    coefficients = torch.linalg.lstsq(design, features).solution
+    return features - design @ coefficients
+
+
+def gram_without(gram: torch.Tensor, covariates: torch.Tensor) -> torch.Tensor:
+    """The (N, N) Gram of features after regress_out(features, covariates), from the Gram alone.
+
+    Regressing out is X -> M X with M = I - D (D^T D)^-1 D^T (D = [1, covariates]), so the Gram
+    X X^T becomes M X X^T M: no need to keep the features. Returns float64.
+    """
+    gram, covariates = torch.as_tensor(gram, dtype=torch.float64), torch.as_tensor(covariates, dtype=torch.float64)
+    if covariates.ndim == 1:
+        covariates = covariates[:, None]
+    if len(covariates) != len(gram):
+        raise ValueError(f"A Gram of {len(gram)} examples but {len(covariates)} covariate rows: give one row per image.")
+    design = torch.cat([torch.ones(len(gram), 1, dtype=torch.float64), covariates], dim=1)
+    residual_maker = torch.eye(len(gram), dtype=torch.float64) - design @ torch.linalg.pinv(design)
+    return residual_maker @ gram @ residual_maker
+
+
 def remove_class_means(features: torch.Tensor, labels) -> torch.Tensor:
-    """(N, p) features minus the mean of each example's class: what varies *within* the classes."""
+    """(N, p) features minus the mean of each example's class (float64): what varies *within* the classes."""
     labels = torch.as_tensor(labels)
     if len(labels) != len(features):
         raise ValueError(f"{len(features)} feature rows but {len(labels)} labels: give one label per image.")
-    centred = features.clone()
-    for label in labels.unique():
-        members = labels == label
-        centred[members] -= features[members].mean(0)
-    return centred
+    return regress_out(features, torch.nn.functional.one_hot(labels)[:, 1:])  # one class is the constant
 
 
 def within_class_cka(model_a, model_b, images: ImageSet, layers_a="blocks", layers_b="blocks",

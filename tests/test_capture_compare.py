@@ -224,7 +224,7 @@ def test_remove_class_means_leaves_only_within_class_variation():
     labels = torch.tensor([0, 0, 1, 1, 1])
     features = torch.tensor([[1.0, 2.0], [3.0, 2.0], [10.0, 0.0], [11.0, 3.0], [12.0, 6.0]])
     centred = remove_class_means(features, labels)
-    assert torch.allclose(centred, torch.tensor([[-1.0, 0.0], [1.0, 0.0], [-1.0, -3.0], [0.0, 0.0], [1.0, 3.0]]))
+    assert torch.allclose(centred, torch.tensor([[-1.0, 0.0], [1.0, 0.0], [-1.0, -3.0], [0.0, 0.0], [1.0, 3.0]], dtype=torch.float64))
     with pytest.raises(ValueError, match="one label per image"):
         remove_class_means(features, labels[:4])
 
@@ -239,3 +239,31 @@ def test_within_class_cka_refuses_what_it_cannot_do(vit, resnet, monkeypatch):
     monkeypatch.setattr(compare, "MAX_KEPT_VALUES", 1000)
     with pytest.raises(MemoryError, match="pooled token policy"):
         compare.pooled_features(vit, images, "blocks", "all")
+
+
+def test_regress_out_leaves_nothing_the_covariate_explains():
+    from helpers.compare import regress_out
+
+    g = torch.Generator().manual_seed(0)
+    brightness = torch.rand(200, generator=g)
+    rest = torch.randn(200, 5, generator=g)
+    features = 3.0 * brightness[:, None] + rest + 7.0
+    left = regress_out(features, brightness)
+    assert left.dtype == torch.float64 and left.shape == (200, 5)
+    assert torch.allclose(left.mean(0), torch.zeros(5, dtype=torch.float64), atol=1e-10)            # no constant left
+    assert torch.allclose(brightness.double() @ left, torch.zeros(5, dtype=torch.float64), atol=1e-9)  # nothing linear in it
+    assert float(cka.linear_cka(left, rest.double())) > 0.99  # and the rest survives
+    with pytest.raises(ValueError, match="one row per image"):
+        regress_out(features, brightness[:10])
+
+
+def test_gram_without_equals_the_gram_of_regressed_features():
+    from helpers.compare import gram_without, regress_out
+
+    g = torch.Generator().manual_seed(1)
+    X = torch.randn(40, 7, generator=g, dtype=torch.float64)
+    covariate = torch.rand(40, generator=g)
+    left = regress_out(X, covariate)
+    assert torch.allclose(gram_without(X @ X.T, covariate), left @ left.T, atol=1e-10)
+    with pytest.raises(ValueError, match="one row per image"):
+        gram_without(X @ X.T, covariate[:5])
