@@ -192,12 +192,13 @@ def regress_out(features: torch.Tensor, covariates: torch.Tensor) -> torch.Tenso
     (k = 1), or its class as one-hot rows (then this subtracts each class's mean).
     Returns float64.
     """
-    features, covariates = torch.as_tensor(features, dtype=torch.float64), torch.as_tensor(covariates, dtype=torch.float64)
+    features = torch.as_tensor(features, dtype=torch.float64)
+    covariates = torch.as_tensor(covariates, dtype=torch.float64).to(features.device)
     if covariates.ndim == 1:
         covariates = covariates[:, None]
     if len(covariates) != len(features):
         raise ValueError(f"{len(features)} feature rows but {len(covariates)} covariate rows: give one row per image.")
-    design = torch.cat([torch.ones(len(features), 1, dtype=torch.float64), covariates], dim=1)
+    design = torch.cat([torch.ones(len(features), 1, dtype=torch.float64, device=features.device), covariates], dim=1)
     coefficients = torch.linalg.lstsq(design, features).solution
     return features - design @ coefficients
 
@@ -208,13 +209,14 @@ def gram_without(gram: torch.Tensor, covariates: torch.Tensor) -> torch.Tensor:
     Regressing out is X -> M X with M = I - D (D^T D)^-1 D^T (D = [1, covariates]), so the Gram
     X X^T becomes M X X^T M: no need to keep the features. Returns float64.
     """
-    gram, covariates = torch.as_tensor(gram, dtype=torch.float64), torch.as_tensor(covariates, dtype=torch.float64)
+    gram = torch.as_tensor(gram, dtype=torch.float64)
+    covariates = torch.as_tensor(covariates, dtype=torch.float64).to(gram.device)
     if covariates.ndim == 1:
         covariates = covariates[:, None]
     if len(covariates) != len(gram):
         raise ValueError(f"A Gram of {len(gram)} examples but {len(covariates)} covariate rows: give one row per image.")
-    design = torch.cat([torch.ones(len(gram), 1, dtype=torch.float64), covariates], dim=1)
-    residual_maker = torch.eye(len(gram), dtype=torch.float64) - design @ torch.linalg.pinv(design)
+    design = torch.cat([torch.ones(len(gram), 1, dtype=torch.float64, device=gram.device), covariates], dim=1)
+    residual_maker = torch.eye(len(gram), dtype=torch.float64, device=gram.device) - design @ torch.linalg.pinv(design)
     return residual_maker @ gram @ residual_maker
 
 
