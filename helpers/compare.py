@@ -199,8 +199,7 @@ def regress_out(features: torch.Tensor, covariates: torch.Tensor) -> torch.Tenso
     if len(covariates) != len(features):
         raise ValueError(f"{len(features)} feature rows but {len(covariates)} covariate rows: give one row per image.")
     design = torch.cat([torch.ones(len(features), 1, dtype=torch.float64, device=features.device), covariates], dim=1)
-    coefficients = torch.linalg.lstsq(design, features).solution
-    return features - design @ coefficients
+    return features - design @ (torch.linalg.pinv(design) @ features)  # pinv: safe for collinear covariates
 
 
 def gram_without(gram: torch.Tensor, covariates: torch.Tensor) -> torch.Tensor:
@@ -225,7 +224,8 @@ def remove_class_means(features: torch.Tensor, labels) -> torch.Tensor:
     labels = torch.as_tensor(labels)
     if len(labels) != len(features):
         raise ValueError(f"{len(features)} feature rows but {len(labels)} labels: give one label per image.")
-    return regress_out(features, torch.nn.functional.one_hot(labels)[:, 1:])  # one class is the constant
+    _, classes = torch.unique(labels, return_inverse=True)  # 0..K-1 for the K classes present
+    return regress_out(features, torch.nn.functional.one_hot(classes)[:, 1:])  # the first class is the constant
 
 
 def within_class_cka(model_a, model_b, images: ImageSet, layers_a="blocks", layers_b="blocks",

@@ -227,6 +227,8 @@ def test_remove_class_means_leaves_only_within_class_variation():
     assert torch.allclose(centred, torch.tensor([[-1.0, 0.0], [1.0, 0.0], [-1.0, -3.0], [0.0, 0.0], [1.0, 3.0]], dtype=torch.float64))
     with pytest.raises(ValueError, match="one label per image"):
         remove_class_means(features, labels[:4])
+    # labels need not be 0..K-1: the same result for classes 3 and 7
+    assert torch.allclose(remove_class_means(features, labels * 4 + 3), centred)
 
 
 def test_within_class_cka_refuses_what_it_cannot_do(vit, resnet, monkeypatch):
