@@ -130,6 +130,12 @@ def head_groups_cka(vit, cnn, images: ImageSet, head_groups: dict, cnn_layers, b
     return accumulator.result(info)
 
 
+def _check_labels(images: ImageSet) -> None:
+    if images.labels is None:
+        raise ValueError(f"The image set '{images.name}' has no class labels. Use 'shapes', 'cifar10', 'imagenette' "
+                         "or a folder with one subfolder per class.")
+
+
 def label_cka(model, images: ImageSet, layers="blocks", policy: str = "all", batch_size: int = 256,
               progress: bool = False) -> CKAMatrix:
     """Minibatch linear CKA between each layer and the class labels: how much class structure a layer holds.
@@ -139,9 +145,7 @@ def label_cka(model, images: ImageSet, layers="blocks", policy: str = "all", bat
     images: an ImageSet with .labels (shapes, cifar10, imagenette, a folder of class subfolders).
     layers, policy: as in cka_matrix. Returns a CKAMatrix: rows = layers, one column "class labels".
     """
-    if images.labels is None:
-        raise ValueError(f"The image set '{images.name}' has no class labels. Use 'shapes', 'cifar10', 'imagenette' "
-                         "or a folder with one subfolder per class.")
+    _check_labels(images)
     start = time.time()
     model = models.load(model) if isinstance(model, str) else model.eval()
     one_hot = torch.nn.functional.one_hot(torch.as_tensor(images.labels)).float()
@@ -185,6 +189,16 @@ def pooled_features(model, images: ImageSet, layers, policy: str, batch_size: in
     return {name: torch.cat(parts) for name, parts in kept.items()}
 
 
+def _design(covariates, n: int, device) -> torch.Tensor:
+    """(n, 1 + k) float64 design matrix [1, covariates] for least squares, checked to have n rows."""
+    covariates = torch.as_tensor(covariates, dtype=torch.float64).to(device)
+    if covariates.ndim == 1:
+        covariates = covariates[:, None]
+    if len(covariates) != n:
+        raise ValueError(f"{n} examples but {len(covariates)} covariate rows: covariates need one row per image.")
+    return torch.cat([torch.ones(n, 1, dtype=torch.float64, device=device), covariates], dim=1)
+
+
 def regress_out(features: torch.Tensor, covariates: torch.Tensor) -> torch.Tensor:
     """(N, p) features minus their least-squares fit on (N, k) covariates and a constant.
 
@@ -193,12 +207,7 @@ def regress_out(features: torch.Tensor, covariates: torch.Tensor) -> torch.Tenso
     Returns float64.
     """
     features = torch.as_tensor(features, dtype=torch.float64)
-    covariates = torch.as_tensor(covariates, dtype=torch.float64).to(features.device)
-    if covariates.ndim == 1:
-        covariates = covariates[:, None]
-    if len(covariates) != len(features):
-        raise ValueError(f"{len(features)} feature rows but {len(covariates)} covariate rows: give one row per image.")
-    design = torch.cat([torch.ones(len(features), 1, dtype=torch.float64, device=features.device), covariates], dim=1)
+    design = _design(covariates, len(features), features.device)
     return features - design @ (torch.linalg.pinv(design) @ features)  # pinv: safe for collinear covariates
 
 
@@ -209,12 +218,7 @@ def gram_without(gram: torch.Tensor, covariates: torch.Tensor) -> torch.Tensor:
     X X^T becomes M X X^T M: no need to keep the features. Returns float64.
     """
     gram = torch.as_tensor(gram, dtype=torch.float64)
-    covariates = torch.as_tensor(covariates, dtype=torch.float64).to(gram.device)
-    if covariates.ndim == 1:
-        covariates = covariates[:, None]
-    if len(covariates) != len(gram):
-        raise ValueError(f"A Gram of {len(gram)} examples but {len(covariates)} covariate rows: give one row per image.")
-    design = torch.cat([torch.ones(len(gram), 1, dtype=torch.float64, device=gram.device), covariates], dim=1)
+    design = _design(covariates, len(gram), gram.device)
     residual_maker = torch.eye(len(gram), dtype=torch.float64, device=gram.device) - design @ torch.linalg.pinv(design)
     return residual_maker @ gram @ residual_maker
 
@@ -238,9 +242,7 @@ def within_class_cka(model_a, model_b, images: ImageSet, layers_a="blocks", laye
     what is left. Every image's features are kept in memory (pooled_features), so use pooled
     policies. Same estimator and batches as cka_matrix. Returns a CKAMatrix (rows = A's layers).
     """
-    if images.labels is None:
-        raise ValueError(f"The image set '{images.name}' has no class labels. Use 'shapes', 'cifar10', 'imagenette' "
-                         "or a folder with one subfolder per class.")
+    _check_labels(images)
     start = time.time()
     features_a = {k: remove_class_means(v, images.labels) for k, v in pooled_features(model_a, images, layers_a, policy_a, batch_size).items()}
     features_b = {k: remove_class_means(v, images.labels) for k, v in pooled_features(model_b, images, layers_b, policy_b, batch_size).items()}

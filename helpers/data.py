@@ -86,10 +86,11 @@ def _folder_set(folder: Path, count: int | None) -> ImageSet:
     files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS)
     if not files:
         raise ValueError(f"No images found in {folder} (looked for {', '.join(IMAGE_EXTENSIONS)} files, in subfolders too).")
-    classes = sorted({f.parent for f in files})  # from every file, so a label does not depend on `count`
+    # class index of each subfolder, from every file, so that a label does not depend on `count`
+    classes = {parent: i for i, parent in enumerate(sorted({f.parent for f in files}))}
     files = [files[i] for i in _fixed_order(len(files))]
     files = files if count is None else files[:count]
-    labels = [classes.index(f.parent) for f in files] if folder not in classes else None
+    labels = [classes[f.parent] for f in files] if folder not in classes else None
     return ImageSet(str(folder), len(files), lambda i: Image.open(files[i]).convert("RGB"), labels)
 
 
