@@ -1,0 +1,281 @@
+"""Where does a token's information come from? CKA between one token and every input patch (finding F7).
+
+    tokens = capture_tokens(vit, images, ["blocks.5"])["blocks.5"]    # Tokens: (n, N, D), prefix, grid
+    pixels = patch_grid(images.tensor, patch=4)                       # (n, 64, 48) raw pixels per patch
+    maps = localization_maps(tokens.spatial, pixels)                  # (64 tokens, 64 patches) CKA
+    scores = localization_scores(maps, tokens.grid)                   # own-patch rank, contrast, ...
+
+The paper (Raghu et al. 2021, §7, Fig. 9-10) takes one token of the final block over many
+images, X: (n, D), and the input patch at grid position (k, l), Y_kl: (n, 3*P*P) raw pixels of the
+non-overlapping P x P patch, and draws CKA(X, Y_kl) over all (k, l). A ResNet "token" is all
+channels at one position of a feature map, X: (n, C). Everything here is linear CKA in feature
+space (no n x n matrix), debiased by default, accumulated in float64.
+
+`capture_tokens` is shared with the probes (helpers/probes.py): it keeps every token of every
+requested layer, so keep n and the number of layers modest (lite track: a few thousand images).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from helpers.cka import check_enough_for_unbiased
+
+KINDS = ("corner", "edge", "interior")
+
+
+# --------------------------------------------------------------------------- tokens on their grid
+
+
+@dataclass
+class Tokens:
+    """Every token of one layer for n images.
+
+    values: (n, N, D) float32, prefix tokens (CLS) first, then the grid tokens in row-major order.
+    prefix: how many prefix tokens (1 for a CLS ViT, 0 for a GAP ViT or a CNN).
+    grid: (rows, cols) of the spatial tokens; rows * cols = N - prefix.
+    """
+
+    values: torch.Tensor
+    prefix: int
+    grid: tuple
+
+    @property
+    def spatial(self) -> torch.Tensor:
+        """(n, rows*cols, D): the grid tokens only (CLS excluded)."""
+        return self.values[:, self.prefix:]
+
+    @property
+    def cls(self) -> torch.Tensor:
+        """(n, D): the CLS token; an error for models without one."""
+        if self.prefix == 0:
+            raise ValueError("This layer has no CLS (prefix) token: the model has none (GAP ViT or CNN). "
+                             "Use .spatial, or .first for the first grid token.")
+        return self.values[:, 0]
+
+    @property
+    def first(self) -> torch.Tensor:
+        """(n, D): the first token, whatever it is (CLS for a CLS ViT, the top-left patch otherwise)."""
+        return self.values[:, 0]
+
+
+def _as_tokens(output: torch.Tensor, prefix: int, pool_to) -> tuple:
+    """A hooked (B, N, D) or (B, C, H, W) output -> ((B, N, D) tensor, grid)."""
+    if output.ndim == 4:
+        if pool_to is not None:
+            output = torch.nn.functional.adaptive_avg_pool2d(output, pool_to)
+        grid = tuple(output.shape[-2:])
+        return output.flatten(2).transpose(1, 2), grid
+    if output.ndim == 3:
+        side = int(round((output.shape[1] - prefix) ** 0.5))
+        if side * side != output.shape[1] - prefix:
+            raise ValueError(f"{output.shape[1]} tokens with {prefix} prefix token(s) do not form a square grid.")
+        return output, (side, side)
+    raise ValueError(f"Expected (B, N, D) tokens or (B, C, H, W) feature maps, got shape {tuple(output.shape)}.")
+
+
+def _check_layers(model, layers) -> list:
+    layers = [layers] if isinstance(layers, str) else list(layers)
+    names = [n for n, _ in model.named_modules() if n]
+    for layer in layers:
+        if layer not in names:
+            close = difflib.get_close_matches(layer, names, n=4, cutoff=0.5)
+            hint = f" Did you mean: {', '.join(close)}?" if close else " List them with [n for n, _ in model.named_modules()]."
+            raise ValueError(f"No module named '{layer}' in {type(model).__name__}.{hint}")
+    if len(set(layers)) != len(layers):
+        raise ValueError(f"Layers {layers} name a module twice. Give each layer once.")
+    return layers
+
+
+def _batches(model, images, batch_size, device):
+    """Preprocessed batches: an ImageSet goes through the model's own preprocessing; a float tensor is used as is."""
+    if isinstance(images, torch.Tensor):
+        if images.ndim != 4 or not images.is_floating_point():
+            raise ValueError(f"A tensor of images must be float (n, C, H, W), already preprocessed; got "
+                             f"{images.dtype} {tuple(images.shape)}. Pass an ImageSet to preprocess for the model.")
+        for start in range(0, len(images), batch_size):
+            yield images[start:start + batch_size].to(device)
+        return
+    from helpers.data import batches
+
+    yield from batches(images, model, batch_size, device)
+
+
+def capture_tokens(model, images, layers, batch_size: int = 256, pool_to=None, device=None) -> dict:
+    """Every token of each layer for every image, in one pass over the images: {layer: Tokens}.
+
+    model: a ViT (outputs (B, N, D), `model.num_prefix_tokens` prefix tokens) or a CNN
+    (outputs (B, C, H, W); a token is all C channels at one position).
+    images: a helpers.data.ImageSet (preprocessed for `model`) or a float (n, C, H, W) tensor (used as is).
+    layers: module names, e.g. ["blocks.5"] or ["layer2.1", "layer4.1"] (a block's output).
+    pool_to: (rows, cols) to average-pool CNN maps to, e.g. the last stage's grid (probes, Fig. 11).
+    Memory: n * N * D * 4 bytes per layer, kept on the CPU.
+    """
+    layers = _check_layers(model, layers)
+    model.eval()
+    device = device or next(model.parameters()).device
+    prefix = int(getattr(model, "num_prefix_tokens", 0))
+    modules = dict(model.named_modules())
+    current, kept, grids, prefixes = {}, {layer: [] for layer in layers}, {}, {}
+
+    def hook(layer):
+        def record(_module, _inputs, output):
+            output = output[0] if isinstance(output, (tuple, list)) else output
+            current[layer] = output.detach()
+        return record
+
+    handles = [modules[layer].register_forward_hook(hook(layer)) for layer in layers]
+    try:
+        with torch.no_grad():
+            for x in _batches(model, images, batch_size, device):
+                current.clear()
+                model(x)
+                for layer in layers:
+                    if layer not in current:
+                        raise RuntimeError(f"The hook on '{layer}' never fired: that module did not run in the forward pass.")
+                    prefixes[layer] = prefix if current[layer].ndim == 3 else 0
+                    values, grids[layer] = _as_tokens(current[layer], prefixes[layer], pool_to)
+                    kept[layer].append(values.float().cpu().clone())
+    finally:
+        for handle in handles:
+            handle.remove()
+    if not grids:
+        raise ValueError("No images were given.")
+    return {layer: Tokens(torch.cat(kept[layer]), prefixes[layer], grids[layer]) for layer in layers}
+
+
+def patch_grid(images: torch.Tensor, patch: int) -> torch.Tensor:
+    """Raw pixels of the non-overlapping patches: (n, C, H, W) -> (n, (H/P)*(W/P), C*P*P), row-major.
+
+    A uint8 tensor is scaled to [0, 1]; a float tensor is used as is.
+    """
+    if not isinstance(images, torch.Tensor) or images.ndim != 4:
+        raise ValueError("images must be an (n, C, H, W) tensor (e.g. ImageSet.tensor).")
+    n, channels, height, width = images.shape
+    if patch < 1 or height % patch or width % patch:
+        raise ValueError(f"A {height}x{width} image does not split into {patch}x{patch} patches; choose a divisor of both.")
+    x = images.float() / 255 if images.dtype == torch.uint8 else images.float()
+    rows, cols = height // patch, width // patch
+    return x.reshape(n, channels, rows, patch, cols, patch).permute(0, 2, 4, 1, 3, 5).reshape(n, rows * cols, -1)
+
+
+# --------------------------------------------------------------------------- CKA of every token with every patch
+
+
+def _check_stack(A, name: str) -> torch.Tensor:
+    if not isinstance(A, torch.Tensor):
+        A = torch.as_tensor(np.asarray(A))
+    if A.ndim != 3:
+        raise ValueError(f"{name} must be (n examples, positions, features), got shape {tuple(A.shape)}. "
+                         "A single representation (n, p) is A[:, None].")
+    if not torch.isfinite(A).all():
+        raise ValueError(f"{name} contains {int((~torch.isfinite(A)).sum())} NaN or inf value(s). Check the layer's output.")
+    return A.to(torch.float64)
+
+
+def _self_dots(A: torch.Tensor, debiased: bool) -> torch.Tensor:
+    """(n, T, D) centered -> (T,) values of vec(A_t A_t^T) . vec(A_t A_t^T)."""
+    n = A.shape[0]
+    value = (torch.einsum("ntd,nte->tde", A, A) ** 2).sum((1, 2))
+    if debiased:
+        a = (A * A).sum(2)  # (n, T) squared norms: diagonals of the Grams
+        value = value - n / (n - 2) * (a * a).sum(0) + a.sum(0) ** 2 / ((n - 1) * (n - 2))
+    return value
+
+
+def localization_maps(tokens, patches, debiased: bool = True, chunk: int = 16) -> torch.Tensor:
+    """Linear CKA of every token with every patch: (n, T, D), (n, Q, E) -> (T, Q), float64 on the CPU.
+
+    Row t is the paper's heatmap for token t (reshape it to the patch grid). Each entry equals
+    helpers.cka.linear_cka(tokens[:, t], patches[:, q], debiased). Never forms an n x n matrix.
+    """
+    X, Y = _check_stack(tokens, "tokens"), _check_stack(patches, "patches")
+    if X.shape[0] != Y.shape[0]:
+        raise ValueError(f"tokens have {X.shape[0]} examples but patches have {Y.shape[0]}: both must describe "
+                         "the same images in the same order.")
+    n = X.shape[0]
+    if debiased:
+        check_enough_for_unbiased(n)
+    elif n < 2:
+        raise ValueError(f"CKA needs at least 2 examples; got {n}.")
+    X, Y = X - X.mean(0), Y - Y.mean(0)
+    self_x, self_y = _self_dots(X, debiased), _self_dots(Y, debiased)
+    for value, name in ((self_x, "token"), (self_y, "patch")):
+        if (value <= 0).any():
+            raise ValueError(f"A {name} position has zero variance over the images (index {int((value <= 0).nonzero()[0])}), "
+                             "so CKA is undefined there.")
+    b = (Y * Y).sum(2)  # (n, Q)
+    Yflat = Y.reshape(n, -1)
+    rows = []
+    for start in range(0, X.shape[1], chunk):
+        Xc = X[:, start:start + chunk]
+        t, d = Xc.shape[1], Xc.shape[2]
+        cross = (Xc.reshape(n, -1).T @ Yflat).reshape(t, d, Y.shape[1], Y.shape[2])
+        value = (cross ** 2).sum((1, 3))  # (t, Q)
+        if debiased:
+            a = (Xc * Xc).sum(2)
+            value = value - n / (n - 2) * (a.T @ b) + a.sum(0)[:, None] * b.sum(0)[None] / ((n - 1) * (n - 2))
+        rows.append(value)
+    return torch.cat(rows) / torch.sqrt(self_x[:, None] * self_y[None])
+
+
+# --------------------------------------------------------------------------- turning a heatmap into numbers
+
+
+def position_kinds(grid) -> np.ndarray:
+    """(rows*cols,) labels 'corner', 'edge' or 'interior' for each grid position, row-major."""
+    rows, cols = grid
+    r, c = np.divmod(np.arange(rows * cols), cols)
+    on_row, on_col = (r == 0) | (r == rows - 1), (c == 0) | (c == cols - 1)
+    return np.where(on_row & on_col, "corner", np.where(on_row | on_col, "edge", "interior"))
+
+
+def localization_scores(maps, grid) -> dict:
+    """How well each token localizes, from its (T, T) token-by-patch CKA map on the same grid.
+
+    Returns, for each token t (row-major over `grid`), numpy arrays of shape (T,):
+      own:      CKA with its own patch.
+      rank:     how many other patches score higher than its own (0 = own patch is the peak).
+      contrast: own-patch CKA minus the mean over the other patches.
+      ratio:    own-patch CKA divided by that mean (scale-free, for comparing models).
+      border_preference: mean over the other border patches minus mean over interior patches
+                (the paper: edge tokens are similar to other edge positions).
+    and kinds: 'corner' / 'edge' / 'interior' per token.
+    """
+    M = torch.as_tensor(maps, dtype=torch.float64).cpu()
+    T = int(grid[0] * grid[1])
+    if M.shape != (T, T):
+        raise ValueError(f"maps must be (tokens, patches) on the same grid {tuple(grid)}, i.e. ({T}, {T}); got {tuple(M.shape)}.")
+    own = M.diagonal()
+    others = ~torch.eye(T, dtype=torch.bool)
+    mean_others = (M * others).sum(1) / (T - 1)
+    kinds = position_kinds(grid)
+    border = torch.as_tensor(kinds != "interior")
+    out = {"own": own.numpy(), "rank": (M > own[:, None]).sum(1).numpy(), "contrast": (own - mean_others).numpy(),
+           "ratio": (own / mean_others).numpy(), "kinds": kinds}
+    if border.all() or not border.any():
+        out["border_preference"] = np.full(T, np.nan)
+    else:
+        other_border = others & border[None]
+        out["border_preference"] = ((M * other_border).sum(1) / other_border.sum(1)
+                                    - M[:, ~border].masked_fill(~others[:, ~border], 0).sum(1)
+                                    / (others[:, ~border]).sum(1)).numpy()
+    return out
+
+
+def summarise(scores: dict) -> dict:
+    """Per kind of position (and 'all'): share of tokens whose own patch is the peak, mean contrast, mean ratio."""
+    summary = {}
+    for kind in ("all",) + KINDS:
+        mask = np.ones(len(scores["own"]), bool) if kind == "all" else scores["kinds"] == kind
+        if mask.any():
+            summary[kind] = {"own_is_peak": float((scores["rank"][mask] == 0).mean()),
+                             "contrast": float(scores["contrast"][mask].mean()),
+                             "ratio": float(scores["ratio"][mask].mean()),
+                             "border_preference": float(np.nanmean(scores["border_preference"][mask]))
+                             if np.isfinite(scores["border_preference"][mask]).any() else float("nan")}
+    return summary

@@ -1,0 +1,103 @@
+"""helpers.localization: token-by-patch CKA maps (F7), validated on a model that IS its input patches."""
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import cka, localization
+
+
+class PatchModel(torch.nn.Module):
+    """A 'ViT' whose final-block output at each grid position is exactly the raw input patch there.
+
+    (B, 3, H, W) -> (B, 1 + (H/P)(W/P), 3*P*P): a CLS token of zeros plus one token per patch.
+    """
+
+    def __init__(self, patch=4, cls=True):
+        super().__init__()
+        self.patch, self.num_prefix_tokens = patch, int(cls)
+        self.blocks = torch.nn.Sequential(torch.nn.Identity())
+        self.scale = torch.nn.Parameter(torch.ones(()))
+
+    def forward(self, x):
+        tokens = localization.patch_grid(x, self.patch) * self.scale
+        if self.num_prefix_tokens:
+            tokens = torch.cat([torch.zeros_like(tokens[:, :1]), tokens], 1)
+        return self.blocks(tokens)
+
+
+def _images(n=200, size=16, seed=0):
+    return torch.rand(n, 3, size, size, generator=torch.Generator().manual_seed(seed))
+
+
+def test_patch_grid_order_is_row_major():
+    x = torch.arange(2 * 3 * 4 * 4, dtype=torch.float32).reshape(2, 3, 4, 4)
+    p = localization.patch_grid(x, 2)
+    assert p.shape == (2, 4, 12)
+    # position 1 is row 0, column 1: pixels (0..1, 2..3) of every channel
+    assert torch.equal(p[0, 1].reshape(3, 2, 2), x[0, :, 0:2, 2:4])
+    assert torch.equal(p[1, 2].reshape(3, 2, 2), x[1, :, 2:4, 0:2])
+
+
+def test_synthetic_model_peaks_exactly_at_its_own_patch():
+    images = _images()
+    tokens = localization.capture_tokens(PatchModel(patch=4), images, ["blocks.0"])["blocks.0"]
+    assert tokens.prefix == 1 and tokens.grid == (4, 4) and tokens.values.shape == (200, 17, 48)
+    maps = localization.localization_maps(tokens.spatial, localization.patch_grid(images, 4))
+    assert maps.shape == (16, 16)
+    assert torch.equal(maps.argmax(1), torch.arange(16))           # every heatmap peaks at its own position
+    assert torch.allclose(maps.diagonal(), torch.ones(16, dtype=torch.float64), atol=1e-10)
+    scores = localization.localization_scores(maps, tokens.grid)
+    assert (scores["rank"] == 0).all() and (scores["contrast"] > 0.9).all()
+
+
+def test_maps_match_linear_cka_entry_by_entry():
+    g = torch.Generator().manual_seed(1)
+    X, Y = torch.randn(50, 3, 5, generator=g), torch.randn(50, 4, 7, generator=g)
+    Y[:, 2] += X[:, 1] @ torch.randn(5, 7, generator=g)
+    for debiased in (False, True):
+        maps = localization.localization_maps(X, Y, debiased=debiased, chunk=2)
+        expected = [[cka.linear_cka(X[:, t], Y[:, q], debiased=debiased) for q in range(4)] for t in range(3)]
+        np.testing.assert_allclose(maps.numpy(), np.array(expected), atol=1e-10)
+
+
+def test_cnn_tokens_are_channels_at_one_position_and_pool():
+    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 5, 1))
+    images = _images(n=8, size=8)
+    tokens = localization.capture_tokens(conv, images, ["0"])["0"]
+    assert tokens.prefix == 0 and tokens.grid == (8, 8) and tokens.values.shape == (8, 64, 5)
+    with torch.no_grad():
+        out = conv(images)
+    assert torch.allclose(tokens.values[:, 8 * 2 + 3], out[:, :, 2, 3])
+    pooled = localization.capture_tokens(conv, images, ["0"], pool_to=(2, 2))["0"]
+    assert pooled.grid == (2, 2) and torch.allclose(pooled.values[:, 0], out[:, :, :4, :4].mean((2, 3)), atol=1e-6)
+    with pytest.raises(ValueError, match="no CLS"):
+        tokens.cls
+
+
+def test_position_kinds():
+    kinds = localization.position_kinds((3, 4)).reshape(3, 4)
+    assert list(kinds[0]) == ["corner", "edge", "edge", "corner"]
+    assert list(kinds[1]) == ["edge", "interior", "interior", "edge"]
+
+
+def test_bad_inputs_fail_clearly():
+    X, Y = torch.randn(10, 2, 3), torch.randn(9, 2, 3)
+    with pytest.raises(ValueError, match="same images"):
+        localization.localization_maps(X, Y)
+    with pytest.raises(ValueError, match="at least 4"):
+        localization.localization_maps(X[:3], X[:3])
+    bad = X.clone()
+    bad[0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        localization.localization_maps(bad, X)
+    with pytest.raises(ValueError, match="positions, features"):
+        localization.localization_maps(X[:, 0], X)
+    with pytest.raises(ValueError, match="zero variance"):
+        localization.localization_maps(torch.ones(10, 2, 3), X)
+    with pytest.raises(ValueError, match="Did you mean: blocks.0"):
+        localization.capture_tokens(PatchModel(), _images(8), ["blocks.O"])
+    with pytest.raises(ValueError, match="divisor"):
+        localization.patch_grid(_images(2, 10), 4)
+    with pytest.raises(ValueError, match="same grid"):
+        localization.localization_scores(torch.zeros(4, 9), (2, 2))
