@@ -1,14 +1,22 @@
-"""Streaming minibatch CKA for whole layer-by-layer matrices (Nguyen et al. 2020).
+"""Streaming minibatch CKA for whole layer-by-layer matrices (Nguyen et al. 2021).
 
-For k minibatches of m examples, with K_i, L_i the linear Grams of batch i:
+For k minibatches of m_1, ..., m_k examples, with K_i, L_i the linear Grams of batch i and
+U(.) the U-centering of the unbiased HSIC estimator (HSIC_1(K, L) = <U(K), U(L)> / (m(m-3))):
 
-    CKA_mb(A, B) = sum_i HSIC_1(K_i, L_i) / sqrt( sum_i HSIC_1(K_i, K_i) * sum_i HSIC_1(L_i, L_i) )
+    CKA_mb(A, B) = sum_i <U(K_i), U(L_i)> / sqrt( sum_i <U(K_i), U(K_i)> * sum_i <U(L_i), U(L_i)> )
 
-where HSIC_1 is the unbiased estimator. Per batch, each layer's Gram is formed once and
-U-centered; stacking them as rows of G (one row per layer, m*m columns) gives every
-pair's HSIC_1 in one matrix product G_a @ G_b^T. Only these sums are kept, never the
-activations, so memory does not grow with the number of images, and two accumulators
-that saw different images can be merged exactly (or summed across processes/GPUs).
+that is, each batch's HSIC_1 weighted by m_i(m_i - 3). With equal batches the weights cancel
+and this is Nguyen et al.'s formula (sum of HSIC_1 over batches). With unequal batches (260
+images in batches of 256 leave a last batch of 4) an unweighted sum would let the 4 images count
+as much as the 256; weighting by m(m-3), which grows like the number of example pairs, makes a
+small batch count little, as its noisy estimate deserves. It is also exactly the cosine between
+the stacked U-centred Grams of A and B, so Cauchy-Schwarz bounds it by 1 (it can be negative).
+
+Per batch, each layer's Gram is formed once and U-centered (in float64); stacking them as rows
+of G (one row per layer, m*m columns) gives every pair's sum in one matrix product G_a @ G_b^T,
+in float64, the same arithmetic as the self terms. Only these sums are kept, never the
+activations, so memory does not grow with the number of images, and two accumulators that saw
+different images can be merged exactly (or summed across processes/GPUs).
 
     acc = MinibatchCKA(["block0", "block1"], ["layer1", "layer2"])
     for images in loader:
@@ -26,7 +34,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
-ESTIMATOR = "minibatch linear CKA, unbiased HSIC (Nguyen et al. 2020)"
+ESTIMATOR = "minibatch linear CKA, unbiased HSIC, batches weighted by m(m-3) (Nguyen et al. 2021)"
 
 
 # --------------------------------------------------------------------------- the result
@@ -110,16 +118,19 @@ def centered_gram(X: torch.Tensor) -> torch.Tensor:
 
 
 def u_center_stack(grams: torch.Tensor) -> torch.Tensor:
-    """(L, m, m) Grams -> (L, m*m): each U-centered and flattened into one row.
+    """(L, m, m) Grams -> (L, m*m) float64: each U-centered and flattened into one row.
 
     Row l of the result dotted with row l' of another, divided by m(m-3), is HSIC_1.
+    Done in float64: it costs O(L m^2), nothing next to forming the Grams, and keeps the
+    pair products below exact to float64 rounding on every machine.
     """
     L, m, _ = grams.shape
-    G = grams.clone()
+    G = grams.to(torch.float64, copy=True)
     G.diagonal(dim1=1, dim2=2).zero_()
     means = G.sum(1) / (m - 2)  # (L, m)
     means = means - means.sum(1, keepdim=True) / (2 * (m - 1))
-    G = G - means[:, :, None] - means[:, None, :]
+    G -= means[:, :, None]
+    G -= means[:, None, :]
     G.diagonal(dim1=1, dim2=2).zero_()
     return G.reshape(L, m * m)
 
@@ -151,8 +162,8 @@ class MinibatchCKA:
         self.names_a = _check_names(names_a, "names_a")
         self.within = names_b is None
         self.names_b = self.names_a if self.within else _check_names(names_b, "names_b")
-        self.cross = None    # (La, Lb) float64: sum over batches of HSIC_1(K_a, L_b)
-        self.self_a = None   # (La,) float64: sum of HSIC_1(K_a, K_a)
+        self.cross = None    # (La, Lb) float64: sum over batches of <U(K_a), U(L_b)> = m(m-3) HSIC_1(K_a, L_b)
+        self.self_a = None   # (La,) float64: sum of <U(K_a), U(K_a)>
         self.self_b = None   # (Lb,) float64
         self.n_examples = 0
         self.n_batches = 0
@@ -212,13 +223,13 @@ class MinibatchCKA:
             if grams_b.shape[0] != len(self.names_b):
                 raise ValueError(f"Got {grams_b.shape[0]} Grams for model B's {len(self.names_b)} layers.")
             G_b = u_center_stack(grams_b.to(G_a.device))
-        scale = 1.0 / (m * (m - 3))
-        cross = (G_a @ G_b.T).double() * scale                  # every pair in one product
+        # <U(K), U(L)> summed over batches: each batch's HSIC_1 weighted by m(m-3) (module docstring)
+        cross = G_a @ G_b.T                                       # every pair in one product
         if self.within:
             self_a = self_b = cross.diagonal().clone()  # the same numbers, so the diagonal is exactly 1
         else:
-            self_a = (G_a * G_a).sum(1, dtype=torch.float64) * scale
-            self_b = (G_b * G_b).sum(1, dtype=torch.float64) * scale
+            self_a = (G_a * G_a).sum(1)
+            self_b = (G_b * G_b).sum(1)
         self._add(cross, self_a, self_b, m, 1)
 
     def _add(self, cross, self_a, self_b, n_examples, n_batches):
