@@ -1,0 +1,195 @@
+"""How much each residual branch changes the stream: the norm ratio ||z|| / ||f(z)|| (Raghu et al. 2021, Fig. 7, E.1).
+
+z is what the skip connection carries, f(z) what the long branch adds to it. A high ratio means
+the representation mostly passes through the skip connection unchanged.
+
+timm ViT block (PAPER_SPEC.md F5; LayerNorm and LayerScale belong to the branch):
+    attention: z = the block input,                   f(z) = ls1(attn(norm1(z)))
+    MLP:       z = the stream after attention (u),    f(u) = ls2(mlp(norm2(u)))
+ratio[block, token] = mean over images of ||z_token|| / ||f(z)_token|| (norms over channels): a mean
+of per-token ratios, not a ratio of means. Token 0 is the CLS token when the model has one.
+
+timm ResNet block: z = the shortcut (the block input, or downsample(input)), f(z) = the long branch
+just before the add (bn2 / bn3, or se); norms over channels at each spatial location, averaged
+over locations and images. ResNetV2 (BiT): shortcut against conv3's output.
+
+    ratios = vit_norm_ratios(vit, batches(images, vit, 256))
+    ratios.attn                  # (blocks, tokens) numpy
+    ratios.cls("mlp"), ratios.spatial("mlp")     # (blocks,) CLS-token and spatial-token averages
+    resnet_norm_ratios(resnet, batches(images, resnet, 256))   # {block: ratio}
+
+A branch that outputs exactly zero gives a ratio of inf (never an epsilon). A block without skip
+connections (helpers.zoo.NoSkipBlock) has no z: its ratios are NaN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from timm.models.vision_transformer import Block
+
+from helpers.receptive_fields import _resnet_branch, is_vit
+
+
+@dataclass
+class NormRatios:
+    """ViT norm ratios. attn, mlp: (blocks, tokens) mean over images of ||z|| / ||f(z)||.
+    z_norm, f_norm: {"attn"|"mlp": (blocks, tokens)} mean norms themselves (to see *why* a ratio moves)."""
+
+    attn: np.ndarray
+    mlp: np.ndarray
+    z_norm: dict
+    f_norm: dict
+    num_prefix_tokens: int
+    n_images: int
+
+    def _get(self, branch):
+        if branch not in ("attn", "mlp"):
+            raise ValueError(f"branch must be 'attn' or 'mlp', got {branch!r}.")
+        return getattr(self, branch)
+
+    def cls(self, branch: str) -> np.ndarray:
+        """(blocks,) ratio of the CLS (prefix) token(s)."""
+        if self.num_prefix_tokens == 0:
+            raise ValueError("This model has no CLS (prefix) token.")
+        return self._get(branch)[:, :self.num_prefix_tokens].mean(1)
+
+    def spatial(self, branch: str) -> np.ndarray:
+        """(blocks,) ratio averaged over the spatial (patch) tokens."""
+        return self._get(branch)[:, self.num_prefix_tokens:].mean(1)
+
+
+def _as_batches(images):
+    if isinstance(images, torch.Tensor):
+        return [images]
+    return images
+
+
+def _token_norms(t) -> torch.Tensor:
+    """(B, N, D) tokens or (B, C, H, W) maps -> (B, N) / (B, H*W) float64 norms over channels."""
+    if isinstance(t, (tuple, list)):
+        t = t[0]
+    if t.ndim == 3:
+        return t.detach().double().norm(dim=-1)
+    if t.ndim == 4:
+        return t.detach().double().norm(dim=1).flatten(1)
+    raise ValueError(f"Expected (B, N, D) tokens or (B, C, H, W) maps, got shape {tuple(t.shape)}.")
+
+
+class _Recorder:
+    """Forward hooks that keep per-token norms (computed at once, so in-place ops later do not matter)."""
+
+    def __init__(self):
+        self.norms, self.handles = {}, []
+
+    def output(self, module, key):
+        self.handles.append(module.register_forward_hook(lambda _m, _i, out: self.norms.__setitem__(key, _token_norms(out))))
+
+    def input(self, module, key):
+        self.handles.append(module.register_forward_pre_hook(lambda _m, inp: self.norms.__setitem__(key, _token_norms(inp))))
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+
+def vit_norm_ratios(model, images) -> NormRatios:
+    """Norm ratios ||z|| / ||f(z)|| of every block's attention and MLP branch, per token.
+
+    model: a timm VisionTransformer in eval() mode. images: one (B, 3, H, W) preprocessed tensor or
+    an iterable of them (e.g. helpers.data.batches). Returns NormRatios (module docstring).
+    """
+    if not is_vit(model):
+        raise ValueError(f"vit_norm_ratios needs a timm ViT (with .blocks and .patch_embed), got {type(model).__name__}; "
+                         "for a ResNet use resnet_norm_ratios.")
+    if model.training:
+        raise ValueError("Put the model in eval() mode first (drop-path would change the branches).")
+    skipless = []
+    for i, block in enumerate(model.blocks):
+        if not isinstance(block, Block):
+            raise ValueError(f"blocks.{i} is a {type(block).__name__}, not a timm Block: its branches are unknown.")
+        if type(block).forward is not Block.forward:
+            skipless.append(i)  # e.g. zoo.NoSkipBlock: no skip path, the ratio is undefined
+    rec = _Recorder()
+    for i, block in enumerate(model.blocks):
+        rec.input(block, ("attn", "z", i))
+        rec.output(block.ls1, ("attn", "f", i))
+        rec.input(block.norm2, ("mlp", "z", i))
+        rec.output(block.ls2, ("mlp", "f", i))
+    sums, count = {}, 0
+    try:
+        with torch.no_grad():
+            for x in _as_batches(images):
+                rec.norms = {}
+                model(x)
+                for branch in ("attn", "mlp"):
+                    for i in range(len(model.blocks)):
+                        z, f = rec.norms[(branch, "z", i)], rec.norms[(branch, "f", i)]
+                        for what, value in (("ratio", z / f), ("z", z), ("f", f)):
+                            key = (branch, what, i)
+                            sums[key] = sums.get(key, 0) + value.sum(0)
+                count += len(x)
+    finally:
+        rec.remove()
+    if count == 0:
+        raise ValueError("No images were given.")
+
+    def table(branch, what):
+        out = np.stack([(sums[(branch, what, i)] / count).cpu().numpy() for i in range(len(model.blocks))])
+        if what == "ratio" or what == "z":
+            out[skipless] = np.nan
+        return out
+
+    return NormRatios(attn=table("attn", "ratio"), mlp=table("mlp", "ratio"),
+                      z_norm={b: table(b, "z") for b in ("attn", "mlp")},
+                      f_norm={b: table(b, "f") for b in ("attn", "mlp")},
+                      num_prefix_tokens=int(getattr(model, "num_prefix_tokens", 0)), n_images=count)
+
+
+def _resnet_blocks(model) -> list:
+    names = dict(model.named_modules())
+    if "layer1" in names:
+        return [n for n in names if n.startswith("layer") and n.count(".") == 1]
+    if "stages" in names and "stem" in names:
+        return [n for n in names if n.startswith("stages.") and n.count(".") == 3 and ".blocks." in n]
+    raise ValueError(f"resnet_norm_ratios knows timm ResNets and ResNetV2s, not {type(model).__name__}"
+                     + ("; for a ViT use vit_norm_ratios." if is_vit(model) else "."))
+
+
+def resnet_norm_ratios(model, images) -> dict:
+    """{block name: mean over images and spatial locations of ||shortcut|| / ||long branch||}.
+
+    model: a timm ResNet or ResNetV2 in eval() mode. images: a (B, 3, H, W) tensor or an iterable of them.
+    """
+    blocks = _resnet_blocks(model)
+    if model.training:
+        raise ValueError("Put the model in eval() mode first (BatchNorm statistics change the branches).")
+    modules = dict(model.named_modules())
+    rec = _Recorder()
+    for name in blocks:
+        block = modules[name]
+        down = getattr(block, "downsample", None)
+        if down is not None and not isinstance(down, torch.nn.Identity):
+            rec.output(down, ("z", name))
+        else:  # identity shortcut: the block input
+            rec.input(block, ("z", name))
+        rec.output(modules[_resnet_branch(modules, name)], ("f", name))
+    sums, count = {name: 0.0 for name in blocks}, 0
+    try:
+        with torch.no_grad():
+            for x in _as_batches(images):
+                rec.norms = {}
+                model(x)
+                for name in blocks:
+                    z, f = rec.norms[("z", name)], rec.norms[("f", name)]
+                    if z.shape != f.shape:
+                        raise RuntimeError(f"{name}: shortcut {tuple(z.shape)} and branch {tuple(f.shape)} differ.")
+                    sums[name] = sums[name] + float((z / f).mean(1).sum())
+                count += len(x)
+    finally:
+        rec.remove()
+    if count == 0:
+        raise ValueError("No images were given.")
+    return {name: sums[name] / count for name in blocks}
