@@ -1,0 +1,140 @@
+"""Closed-form linear probes: how much of the label a representation holds linearly (F8, F9).
+
+    acc = few_shot_accuracy(pool_X, pool_y, test_X, test_y, shots=10, repeats=5)   # (repeats,) or (repeats, T)
+    fit = ridge_probe(train_X, train_y, val_X, val_y, test_X, test_y)             # one probe, lambda on val
+
+The paper (Raghu et al. 2021, Fig. 11, 13) fits regularised least squares from features to
+{-1, +1} one-hot targets, W = (Phi^T Phi + lambda I)^-1 Phi^T T, and tunes lambda on held-out
+training images. Here one SVD of the (centred) training features, Phi = U S V^T, gives
+W(lambda) = V diag(s / (s^2 + lambda)) U^T T for every lambda at the cost of a matrix product,
+in the primal (p < n) and the dual (p > n) regime alike. lambda is given relative to the mean
+squared singular value, so one grid fits features of any scale. A bias is fitted by centring
+(features and targets by their training means).
+
+Every function accepts a batch of representations at once: features (n, p) for one, or
+(n, T, p) for T of them (e.g. every token of a layer, each probed on its own), so per-token
+probes are one batched SVD. Accuracies come back with shape () or (T,).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+LAMBDAS = tuple(10.0 ** k for k in range(-5, 4))  # relative to mean(s^2): 1e-5 ... 1e3
+
+
+def pm1_targets(labels, num_classes: int) -> torch.Tensor:
+    """(n,) integer labels -> (n, C) float64 targets: +1 for the class, -1 elsewhere."""
+    labels = torch.as_tensor(np.asarray(labels))
+    targets = -torch.ones(len(labels), num_classes, dtype=torch.float64)
+    targets[torch.arange(len(labels)), labels.long()] = 1.0
+    return targets
+
+
+def _features(X, name: str) -> torch.Tensor:
+    """(n, p) or (n, T, p) -> (T, n, p) float64 (T = 1 for a single representation)."""
+    X = torch.as_tensor(np.asarray(X)) if not isinstance(X, torch.Tensor) else X.detach().cpu()
+    if X.ndim not in (2, 3):
+        raise ValueError(f"{name} must be (n, p) or (n, T, p) features, one row per image; got shape {tuple(X.shape)}.")
+    if not torch.isfinite(X).all():
+        raise ValueError(f"{name} contains {int((~torch.isfinite(X)).sum())} NaN or inf value(s). Check the layer's output.")
+    X = X.to(torch.float64)
+    return X[None] if X.ndim == 2 else X.transpose(0, 1)
+
+
+def _labels(y, n: int, name: str) -> torch.Tensor:
+    y = torch.as_tensor(np.asarray(y))
+    if y.ndim != 1 or y.dtype.is_floating_point or y.dtype == torch.bool:
+        raise ValueError(f"{name} must be a 1-D array of integer class labels; got {y.dtype} of shape {tuple(y.shape)}.")
+    if len(y) != n:
+        raise ValueError(f"{name} has {len(y)} labels for {n} feature rows: give one label per image, in the same order.")
+    if (y < 0).any():
+        raise ValueError(f"{name} has negative labels; use class indices 0..C-1.")
+    return y.long()
+
+
+def ridge_probe(train_X, train_y, val_X, val_y, test_X, test_y, lambdas=LAMBDAS, num_classes: int | None = None) -> dict:
+    """Fit ridge probes for every lambda, keep the one best on the validation images, score it on test.
+
+    train_X: (n, p) or (n, T, p); val_X: (m, ...), test_X: (k, ...) with the same trailing shape.
+    *_y: (n,), (m,), (k,) integer labels. lambdas: relative to the mean squared singular value.
+    Returns {"test_accuracy": (T,) or (), "val_accuracy": same, "lambda": the chosen relative lambdas}
+    as numpy arrays. Ties on validation go to the larger lambda (the simpler probe).
+    """
+    Xtr, Xva, Xte = _features(train_X, "train_X"), _features(val_X, "val_X"), _features(test_X, "test_X")
+    single = np.asarray(train_X).ndim == 2 if not isinstance(train_X, torch.Tensor) else train_X.ndim == 2
+    if not (Xtr.shape[0] == Xva.shape[0] == Xte.shape[0] and Xtr.shape[2] == Xva.shape[2] == Xte.shape[2]):
+        raise ValueError(f"train, val and test features must share their trailing shape; got "
+                         f"{tuple(Xtr.shape[:1] + Xtr.shape[2:])}, {tuple(Xva.shape[:1] + Xva.shape[2:])}, "
+                         f"{tuple(Xte.shape[:1] + Xte.shape[2:])} (representations, features).")
+    ytr, yva, yte = _labels(train_y, Xtr.shape[1], "train_y"), _labels(val_y, Xva.shape[1], "val_y"), _labels(test_y, Xte.shape[1], "test_y")
+    classes = int(num_classes or 1 + max(int(ytr.max()), int(yva.max()), int(yte.max())))
+    if len(torch.unique(ytr)) < 2:
+        raise ValueError("The training images hold a single class: a probe needs at least two.")
+    if Xtr.shape[1] < 2 or Xva.shape[1] < 1 or Xte.shape[1] < 1:
+        raise ValueError(f"Too few images: {Xtr.shape[1]} train, {Xva.shape[1]} validation, {Xte.shape[1]} test "
+                         "(need at least 2 train and 1 of each other).")
+    lambdas = torch.as_tensor(np.asarray(lambdas, dtype=np.float64))
+    if lambdas.ndim != 1 or len(lambdas) == 0 or (lambdas <= 0).any():
+        raise ValueError("lambdas must be a non-empty 1-D sequence of positive numbers.")
+
+    T = pm1_targets(ytr, classes)
+    mean_x, mean_t = Xtr.mean(1, keepdim=True), T.mean(0)
+    U, s, Vh = torch.linalg.svd(Xtr - mean_x, full_matrices=False)      # (R, n, k), (R, k), (R, k, p)
+    UtT = U.transpose(1, 2) @ (T - mean_t)                                 # (R, k, C)
+    scale = (s ** 2).mean(1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)  # (R, 1)
+    shrink = s[:, None] / (s[:, None] ** 2 + lambdas[None, :, None] * scale[:, None])  # (R, L, k)
+
+    def accuracy(X, y):
+        """(R, m, p) -> (R, L) accuracy of every lambda's probe."""
+        projected = (X - mean_x) @ Vh.transpose(1, 2)                      # (R, m, k)
+        scores = torch.einsum("rmk,rlk,rkc->rlmc", projected, shrink, UtT)  # (R, L, m, C)
+        return (scores.argmax(-1) == y).double().mean(-1)
+
+    val, test = accuracy(Xva, yva), accuracy(Xte, yte)
+    # the largest lambda among those tied for the best validation accuracy
+    best = (val == val.max(1, keepdim=True).values).double() * torch.arange(1, len(lambdas) + 1)
+    choice = best.argmax(1)
+    picked = {"test_accuracy": test.gather(1, choice[:, None])[:, 0], "val_accuracy": val.gather(1, choice[:, None])[:, 0],
+              "lambda": lambdas[choice]}
+    return {k: (v[0] if single else v).numpy() for k, v in picked.items()}
+
+
+def few_shot_split(labels, shots: int | None, val_per_class: int, seed: int) -> tuple:
+    """Class-balanced random split of a pool of training images: (train indices, validation indices).
+
+    labels: (n,) integer labels of the pool. shots: training images per class (None: every image
+    not used for validation, i.e. many-shot). val_per_class: held-out images per class for lambda.
+    """
+    labels = np.asarray(labels)
+    rng = np.random.default_rng(seed)
+    train, val = [], []
+    for c in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == c))
+        need = val_per_class + (shots or 1)
+        if len(members) < need:
+            raise ValueError(f"Class {c} has {len(members)} images in the pool; {shots or 'at least 1'} shot(s) + "
+                             f"{val_per_class} for validation need {need}. Use a larger pool or fewer shots.")
+        val += list(members[:val_per_class])
+        train += list(members[val_per_class:val_per_class + shots] if shots else members[val_per_class:])
+    return np.sort(train), np.sort(val)
+
+
+def few_shot_accuracy(pool_X, pool_y, test_X, test_y, shots: int | None = 10, repeats: int = 5,
+                      val_per_class: int = 10, lambdas=LAMBDAS, seed: int = 0) -> np.ndarray:
+    """Test accuracy of ridge probes trained on `shots` images per class, over `repeats` random draws.
+
+    pool_X: (n, p) or (n, T, p) features of a pool of training images, pool_y: (n,) labels;
+    each repeat draws `shots` per class to fit and `val_per_class` others to choose lambda.
+    test_X, test_y: held-out images. Returns (repeats,) or (repeats, T) accuracies in [0, 1].
+    """
+    pool_y = np.asarray(pool_y)
+    if len(pool_y) != (pool_X.shape[0]):
+        raise ValueError(f"pool_X has {pool_X.shape[0]} rows but pool_y {len(pool_y)} labels.")
+    results = []
+    for r in range(repeats):
+        train, val = few_shot_split(pool_y, shots, val_per_class, seed + r)
+        results.append(ridge_probe(pool_X[train], pool_y[train], pool_X[val], pool_y[val], test_X, test_y,
+                                   lambdas, num_classes=int(max(pool_y.max(), np.max(test_y))) + 1)["test_accuracy"])
+    return np.stack(results)

@@ -1,0 +1,79 @@
+"""helpers.probes: closed-form ridge probes (F8, F9)."""
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import probes
+
+
+def _toy(n_per_class=30, classes=4, p=6, spread=0.1, seed=0):
+    """Well separated Gaussian clusters: (n, p) features and (n,) labels."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(classes, p)) * 5
+    y = np.repeat(np.arange(classes), n_per_class)
+    return centres[y] + spread * rng.normal(size=(len(y), p)), y
+
+
+def test_pm1_targets():
+    t = probes.pm1_targets([2, 0], 3)
+    assert t.tolist() == [[-1, -1, 1], [1, -1, -1]]
+
+
+def test_separable_toy_set_is_probed_perfectly():
+    X, y = _toy()
+    Xt, yt = _toy(seed=0)[0] + 0.05, y
+    acc = probes.few_shot_accuracy(X, y, Xt, yt, shots=5, repeats=3, val_per_class=5)
+    assert acc.shape == (3,) and (acc == 1.0).all()
+
+
+def test_shuffled_labels_give_chance():
+    rng = np.random.default_rng(1)
+    X, y = rng.normal(size=(2000, 20)), np.arange(2000) % 4
+    test_X, test_y = rng.normal(size=(2000, 20)), rng.permutation(np.arange(2000) % 4)
+    acc = probes.few_shot_accuracy(X, rng.permutation(y), test_X, test_y, shots=None, repeats=2, val_per_class=50)
+    assert abs(acc.mean() - 0.25) < 0.03  # chance is 1/4; 2,000 test images give a s.e. of about 0.01
+
+
+def test_closed_form_matches_the_normal_equations():
+    rng = np.random.default_rng(2)
+    X, y = rng.normal(size=(40, 5)), rng.integers(0, 3, 40)
+    fit = probes.ridge_probe(X, y, X[:10], y[:10], X, y, lambdas=[0.3])
+    Xc = X - X.mean(0)
+    s2 = np.linalg.svd(Xc, compute_uv=False) ** 2
+    T = probes.pm1_targets(y, 3).numpy()
+    W = np.linalg.solve(Xc.T @ Xc + 0.3 * s2.mean() * np.eye(5), Xc.T @ (T - T.mean(0)))
+    assert fit["test_accuracy"] == pytest.approx(((Xc @ W).argmax(1) == y).mean())
+
+
+def test_batched_representations_are_probed_independently():
+    X, y = _toy(p=3)
+    noise = np.random.default_rng(3).normal(size=X.shape)
+    stacked = torch.tensor(np.stack([X, noise], 1))  # (n, 2 representations, p)
+    acc = probes.few_shot_accuracy(stacked, y, stacked, y, shots=10, repeats=2, val_per_class=5)
+    assert acc.shape == (2, 2)
+    assert (acc[:, 0] == 1).all() and (acc[:, 1] < 0.6).all()
+    # more features than training images (the dual regime): the signal in 3 of 90 columns is still found
+    wide = np.hstack([X, np.random.default_rng(4).normal(size=(len(y), 87))])
+    fit = probes.ridge_probe(wide[::3], y[::3], wide[1::3], y[1::3], wide[2::3], y[2::3])
+    assert wide[::3].shape == (40, 90) and fit["test_accuracy"] == 1.0
+
+
+def test_bad_inputs_fail_clearly():
+    X, y = _toy()
+    with pytest.raises(ValueError, match="one label per image"):
+        probes.ridge_probe(X, y[:-1], X, y, X, y)
+    bad = X.copy()
+    bad[3, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        probes.ridge_probe(bad, y, X, y, X, y)
+    with pytest.raises(ValueError, match="integer class labels"):
+        probes.ridge_probe(X, y.astype(float), X, y, X, y)
+    with pytest.raises(ValueError, match="trailing shape"):
+        probes.ridge_probe(X, y, X[:, :3], y, X, y)
+    with pytest.raises(ValueError, match="larger pool"):
+        probes.few_shot_accuracy(X, y, X, y, shots=25, val_per_class=10)
+    with pytest.raises(ValueError, match="single class"):
+        probes.ridge_probe(X[:5], np.zeros(5, int), X, y, X, y)
+    with pytest.raises(ValueError, match="positive"):
+        probes.ridge_probe(X, y, X, y, X, y, lambdas=[0.0])
