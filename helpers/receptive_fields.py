@@ -9,7 +9,7 @@ RGB channels and averaged over the images:
     fields = receptive_fields(vit, x)                  # x: (B <= 32, 3, H, W), preprocessed
     fields.maps["b3.attn"]                             # (H, W) numpy map of the post-residual stream
     fields.maps["b3.attn.branch"]                      # the attention branch alone (pre-residual)
-    mass_radius(fields.maps["b3.attn"], fields.centre) # px from the centre holding half the gradient
+    mass_radius(fields.maps["b3.attn"])                # px around its centre of mass holding half the gradient
 
 Layers ("presets" or explicit names, resolved like helpers.capture):
   "post"  timm ViT: per block the residual stream after attention ("b{i}.attn", the input of norm2)
@@ -262,10 +262,21 @@ def support(erf, threshold: float = 0.0) -> tuple:
     return (int(rows.max() - rows.min() + 1), int(cols.max() - cols.min() + 1))
 
 
-def mass_radius(erf, centre, fraction: float = 0.5) -> float:
+def centroid(erf) -> tuple:
+    """(row, col) centre of mass of a map, in pixels; (nan, nan) for an empty map."""
+    erf = _check_map(erf)
+    total = erf.sum()
+    if total == 0:
+        return (float("nan"), float("nan"))
+    rows, cols = np.indices(erf.shape)
+    return (float((rows * erf).sum() / total), float((cols * erf).sum() / total))
+
+
+def mass_radius(erf, centre=None, fraction: float = 0.5) -> float:
     """Radius (px) of the smallest disc around `centre` (row, col) holding `fraction` of the map's mass.
 
-    NaN for a map with no gradient at all (the layer ignores the input).
+    centre=None uses the map's own centre of mass (robust where a strided CNN's "centre location"
+    sits off the middle of its cell). NaN for a map with no gradient at all (the layer ignores the input).
     """
     erf = _check_map(erf)
     if not 0 < fraction <= 1:
@@ -273,6 +284,7 @@ def mass_radius(erf, centre, fraction: float = 0.5) -> float:
     total = erf.sum()
     if total == 0:
         return float("nan")
+    centre = centroid(erf) if centre is None else centre
     rows, cols = np.indices(erf.shape)
     distance = np.hypot(rows - centre[0], cols - centre[1]).ravel()
     order = np.argsort(distance, kind="stable")
@@ -287,6 +299,6 @@ def window_fraction(erf, top: int, left: int, size: int) -> float:
     return float("nan") if total == 0 else float(erf[top:top + size, left:left + size].sum() / total)
 
 
-def uniform_mass_radius(height: int, width: int, centre, fraction: float = 0.5) -> float:
+def uniform_mass_radius(height: int, width: int, centre=None, fraction: float = 0.5) -> float:
     """mass_radius of a uniform map: the radius a fully global field has (the 'global' reference)."""
     return mass_radius(np.ones((height, width)), centre, fraction)

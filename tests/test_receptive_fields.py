@@ -139,5 +139,7 @@ def test_mass_radius_known_answers():
     erf[5, 8] = 1.0  # half the mass at the centre, half 3 px away
     assert rf.mass_radius(erf, (5, 5), 0.5) == 0.0 and rf.mass_radius(erf, (5, 5), 0.75) == 3.0
     assert rf.uniform_mass_radius(32, 32, (17.5, 17.5)) > 8
+    assert rf.centroid(erf) == (5.0, 6.5) and rf.mass_radius(erf) == 1.5  # around the centre of mass
+    assert rf.uniform_mass_radius(31, 31) == rf.mass_radius(np.ones((31, 31)), (15, 15))
     with pytest.raises(ValueError):
         rf.mass_radius(-erf, (5, 5))
