@@ -187,11 +187,38 @@ def _self_dots(A: torch.Tensor, debiased: bool) -> torch.Tensor:
     return value
 
 
-def localization_maps(tokens, patches, debiased: bool = True, chunk: int = 16) -> torch.Tensor:
+def _flat_grams(A: torch.Tensor, debiased: bool) -> torch.Tensor:
+    """(n, T, D) centered -> (T, n*n) flattened Grams, U-centred when debiased (their dot / n(n-3) is HSIC_1)."""
+    G = torch.einsum("ntd,mtd->tnm", A, A)
+    if debiased:
+        n = G.shape[1]
+        G.diagonal(dim1=1, dim2=2).zero_()
+        means = G.sum(1) / (n - 2)                                    # (T, n)
+        means = means - means.sum(1, keepdim=True) / (2 * (n - 1))
+        G = G - means[:, :, None] - means[:, None, :]
+        G.diagonal(dim1=1, dim2=2).zero_()
+    return G.reshape(len(G), -1)
+
+
+def _gram_form_maps(X, Y, debiased, chunk):
+    """The same maps from n x n Grams: cheaper when tokens or patches have many features (full track)."""
+    GY = _flat_grams(Y, debiased)                                     # (Q, n*n)
+    norm_y = GY.norm(dim=1)
+    rows = []
+    for start in range(0, X.shape[1], chunk):
+        GX = _flat_grams(X[:, start:start + chunk], debiased)
+        rows.append((GX @ GY.T) / (GX.norm(dim=1)[:, None] * norm_y[None]))
+    return torch.cat(rows)
+
+
+def localization_maps(tokens, patches, debiased: bool = True, chunk: int = 16, form: str = "auto") -> torch.Tensor:
     """Linear CKA of every token with every patch: (n, T, D), (n, Q, E) -> (T, Q), float64 on the CPU.
 
     Row t is the paper's heatmap for token t (reshape it to the patch grid). Each entry equals
-    helpers.cka.linear_cka(tokens[:, t], patches[:, q], debiased). Never forms an n x n matrix.
+    helpers.cka.linear_cka(tokens[:, t], patches[:, q], debiased). form: "features" never forms
+    an n x n matrix (cheap when D, E are small, as on the lite track); "grams" works with the
+    (n, n) Grams (cheap when D or E is large: ViT-B tokens of 768 numbers, 16x16x3 patches);
+    "auto" picks features when D * E <= 16 * n.
     """
     X, Y = _check_stack(tokens, "tokens"), _check_stack(patches, "patches")
     if X.shape[0] != Y.shape[0]:
@@ -202,12 +229,16 @@ def localization_maps(tokens, patches, debiased: bool = True, chunk: int = 16) -
         check_enough_for_unbiased(n)
     elif n < 2:
         raise ValueError(f"CKA needs at least 2 examples; got {n}.")
+    if form not in ("auto", "features", "grams"):
+        raise ValueError(f"form must be 'auto', 'features' or 'grams', not {form!r}.")
     X, Y = X - X.mean(0), Y - Y.mean(0)
     self_x, self_y = _self_dots(X, debiased), _self_dots(Y, debiased)
     for value, name in ((self_x, "token"), (self_y, "patch")):
         if (value <= 0).any():
             raise ValueError(f"A {name} position has zero variance over the images (index {int((value <= 0).nonzero()[0])}), "
                              "so CKA is undefined there.")
+    if form == "grams" or (form == "auto" and X.shape[2] * Y.shape[2] > 16 * n):
+        return _gram_form_maps(X, Y, debiased, chunk).cpu()
     b = (Y * Y).sum(2)  # (n, Q)
     Yflat = Y.reshape(n, -1)
     rows = []
@@ -220,7 +251,7 @@ def localization_maps(tokens, patches, debiased: bool = True, chunk: int = 16) -
             a = (Xc * Xc).sum(2)
             value = value - n / (n - 2) * (a.T @ b) + a.sum(0)[:, None] * b.sum(0)[None] / ((n - 1) * (n - 2))
         rows.append(value)
-    return torch.cat(rows) / torch.sqrt(self_x[:, None] * self_y[None])
+    return (torch.cat(rows) / torch.sqrt(self_x[:, None] * self_y[None])).cpu()
 
 
 # --------------------------------------------------------------------------- turning a heatmap into numbers

@@ -59,6 +59,8 @@ def test_maps_match_linear_cka_entry_by_entry():
         maps = localization.localization_maps(X, Y, debiased=debiased, chunk=2)
         expected = [[cka.linear_cka(X[:, t], Y[:, q], debiased=debiased) for q in range(4)] for t in range(3)]
         np.testing.assert_allclose(maps.numpy(), np.array(expected), atol=1e-10)
+        grams = localization.localization_maps(X, Y, debiased=debiased, chunk=2, form="grams")
+        np.testing.assert_allclose(grams.numpy(), np.array(expected), atol=1e-10)
 
 
 def test_cnn_tokens_are_channels_at_one_position_and_pool():
