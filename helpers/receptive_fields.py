@@ -23,8 +23,10 @@ the centre is grid position (g // 2, g // 2) (exact for odd g; the lower-right o
 patches for even g). CNN maps (B, C, H, W) use (H // 2, W // 2).
 
 `channels="sum"` (default) backpropagates sum_c z_c: one backward pass per layer, as in most ERF
-code. `channels="each"` averages |dz_c/dx| over the channels instead (one backward pass per
-channel, so C times slower); by the triangle inequality it is >= the "sum" map everywhere.
+code; gradients of different channels can cancel. `channels="each"` averages |dz_c/dx| over the
+channels instead, the paper's literal wording (one backward pass per channel, so C times slower;
+by the triangle inequality C * "each" >= "sum" everywhere). `channels=k` estimates "each" without
+bias from k channels drawn at random for every image: k backward passes per layer.
 `reduce="abs"` is the paper's absolute gradient; `reduce="relu"` keeps only positive gradients
 (the variant of e.g. Ding et al. 2022's ERF code), which discards inhibitory input.
 
@@ -62,7 +64,7 @@ class ReceptiveFields:
     maps: dict
     centres: dict
     n_images: int
-    channels: str
+    channels: object
     reduce: str
     meta: dict = field(default_factory=dict)
 
@@ -157,18 +159,22 @@ def _pixel_centre(r, c, rows, cols, height, width):
 # --------------------------------------------------------------------------- the fields
 
 
-def receptive_fields(model, images: torch.Tensor, layers="post", channels: str = "sum", reduce: str = "abs",
-                     max_images: int = MAX_IMAGES) -> ReceptiveFields:
+def receptive_fields(model, images: torch.Tensor, layers="post", channels="sum", reduce: str = "abs",
+                     max_images: int = MAX_IMAGES, seed: int = 0) -> ReceptiveFields:
     """Effective receptive field of every layer, from one forward pass and one backward pass per layer.
 
     model: a torch model in eval() mode (timm ViT or ResNet for the presets). images: (B, 3, H, W)
     preprocessed inputs, B <= max_images (the paper uses 32). layers: "post", "pre", "both" or
-    module names ("blocks.2.norm2:input"). channels: "sum" or "each" (module docstring).
+    module names ("blocks.2.norm2:input"). channels: "sum", "each", or k (an int): the "each" reading
+    estimated from k channels drawn at random per image (without replacement; seeded by `seed`),
+    k backward passes per layer instead of C; exact "each" when k >= C.
     reduce: "abs" (paper) or "relu" (positive gradients only; the centre value is ReLU'd too).
     Returns ReceptiveFields with one (H, W) map per layer.
     """
-    if channels not in ("sum", "each"):
-        raise ValueError(f"channels must be 'sum' or 'each', got {channels!r}.")
+    sampled = isinstance(channels, int) and not isinstance(channels, bool)
+    if not (channels in ("sum", "each") or (sampled and channels > 0)):
+        raise ValueError(f"channels must be 'sum', 'each' or a positive number of channels to sample, got {channels!r}.")
+    generator = torch.Generator().manual_seed(seed)
     if reduce not in ("abs", "relu"):
         raise ValueError(f"reduce must be 'abs' or 'relu', got {reduce!r}.")
     if not isinstance(images, torch.Tensor) or images.ndim != 4:
@@ -214,11 +220,18 @@ def receptive_fields(model, images: torch.Tensor, layers="post", channels: str =
         if channels == "sum":
             grad = _input_grad(value.sum(), x, retain)
             maps[t.label] = _reduce(grad, reduce)
-        else:
+        elif channels == "each":
             total = 0.0
             for c in range(value.shape[1]):
                 total = total + _reduce(_input_grad(value[:, c].sum(), x, True), reduce)
             maps[t.label] = total / value.shape[1]
+        else:  # k channels sampled per image: pass j backpropagates channel order[b, j] of every image b
+            order = torch.rand(value.shape, generator=generator).argsort(1)[:, :channels].to(value.device)
+            rows = torch.arange(len(value), device=value.device)
+            total = 0.0
+            for j in range(min(channels, value.shape[1])):
+                total = total + _reduce(_input_grad(value[rows, order[:, j]].sum(), x, True), reduce)
+            maps[t.label] = total / min(channels, value.shape[1])
         centres[t.label] = _pixel_centre(*grids[t.label], height, width)
     return ReceptiveFields(maps, centres, len(images), channels, reduce,
                            meta=dict(layers=[(t.label, t.module, t.where) for t in wanted]))

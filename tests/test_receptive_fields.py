@@ -40,6 +40,17 @@ def test_each_channel_reading_is_an_upper_bound_of_the_sum_reading():
     assert np.any(each * model[1].out_channels > summed * 1.01)  # and the channels do cancel somewhere
 
 
+def test_sampled_channels_estimate_the_each_reading():
+    vit = zoo.build("lite-vit").eval()
+    x = torch.randn(4, 3, 32, 32)
+    each = rf.receptive_fields(vit, x, ["blocks.1"], channels="each").maps["blocks.1"]
+    all_sampled = rf.receptive_fields(vit, x, ["blocks.1"], channels=64).maps["blocks.1"]  # k = C: every channel once
+    np.testing.assert_allclose(all_sampled, each, rtol=1e-4, atol=1e-9)
+    few = rf.receptive_fields(vit, x, ["blocks.1"], channels=8).maps["blocks.1"]
+    assert rf.support(few) == rf.support(each)
+    assert 0.5 < few.sum() / each.sum() < 2
+
+
 class Blind(torch.nn.Module):
     """Output that ignores the input: a constant map (and a zero-weight conv)."""
 
