@@ -11,6 +11,8 @@ from contextlib import contextmanager
 
 import torch
 
+from helpers.guards import check_model, evaluating
+
 
 @contextmanager
 def explicit_attention(model):
@@ -26,15 +28,38 @@ def explicit_attention(model):
             m.fused_attn = flag
 
 
+def check_image_batch(images) -> None:
+    """A preprocessed batch (B, 3, H, W) float tensor; a single image (3, H, W) is refused with advice."""
+    if not isinstance(images, torch.Tensor):
+        raise TypeError(f"images must be a (B, 3, H, W) float tensor of preprocessed images, got {type(images).__name__}. "
+                        "Make one with next(helpers.data.batches(image_set, model, batch_size)).")
+    if images.ndim == 3:
+        raise ValueError(f"images has shape {tuple(images.shape)}: one unbatched image. Add the batch axis: images[None] "
+                         "(or images.unsqueeze(0)).")
+    if images.ndim != 4 or not images.is_floating_point():
+        raise ValueError(f"images must be a (B, 3, H, W) float tensor of preprocessed images, got shape "
+                         f"{tuple(images.shape)} {images.dtype}. Use helpers.data.batches(image_set, model).")
+
+
+def _check_vit(model) -> None:
+    check_model(model)
+    if not any(hasattr(m, "fused_attn") and hasattr(m, "attn_drop") for m in model.modules()):
+        raise ValueError(f"{type(model).__name__} has no timm Attention modules: attention maps, distances and heads "
+                        "exist only for timm ViTs (a CNN or a Mixer has none).")
+
+
 @torch.no_grad()
 def attention_maps(model, images: torch.Tensor) -> list:
     """Attention probabilities of every block.
 
     images: (B, 3, H, W) preprocessed input. Returns a list (one per block) of (B, heads, N, N)
-    tensors, N = prefix tokens + patches; each row sums to 1.
+    tensors, N = prefix tokens + patches; each row sums to 1. Runs in eval mode; the model
+    comes back in the mode it came in.
     """
+    _check_vit(model)
+    check_image_batch(images)
     captured = {}
-    with explicit_attention(model) as modules:
+    with explicit_attention(model) as modules, evaluating(model):
         if not modules:
             raise ValueError("This model has no timm Attention modules: attention maps exist only for timm ViTs.")
         handles = [m.attn_drop.register_forward_hook(
@@ -94,6 +119,7 @@ def attention_distance_table(model, images, batch_size: int = 64, device=None):
     """
     from helpers.data import batches  # here, not at the top: helpers.data imports timm, this module need not
 
+    _check_vit(model)
     patch, prefix = _patch_size(model), model.num_prefix_tokens
     total, count = None, 0
     for x in batches(images, model, batch_size, device):
@@ -111,14 +137,16 @@ def attention_of_heads(model, images: torch.Tensor, block: int) -> torch.Tensor:
 
     images: (B, 3, H, W) preprocessed. It is the input of `blocks.<block>.attn.proj`, split by head.
     """
-    if not hasattr(model, "blocks") or not 0 <= block < len(model.blocks):
-        raise ValueError(f"Block {block} does not exist: give a block index 0..{len(getattr(model, 'blocks', [])) - 1} "
+    _check_vit(model)
+    check_image_batch(images)
+    if isinstance(block, bool) or not isinstance(block, int) or not 0 <= block < len(model.blocks):
+        raise ValueError(f"Block {block!r} does not exist: give a block index 0..{len(model.blocks) - 1} "
                          "of a timm VisionTransformer.")
     attn = model.blocks[block].attn
     captured = []
     handle = attn.proj.register_forward_pre_hook(lambda _m, args: captured.append(args[0].detach().clone()))
     try:
-        with torch.no_grad():
+        with torch.no_grad(), evaluating(model):
             model(images)
     finally:
         handle.remove()

@@ -74,8 +74,24 @@ def _cnn_taps(model, preset):
     return blocks if preset == "blocks" else [stem] + blocks
 
 
+def _check_layers_type(layers) -> None:
+    example = "a preset ('blocks', 'sublayers'), a module name ('blocks.3'), a pattern ('layer*.?') or a list of them"
+    if isinstance(layers, torch.nn.Module):
+        raise TypeError(f"layers must name modules, not be one: give {example}. "
+                        "The name of a submodule is its key in dict(model.named_modules()).")
+    if layers is None or not isinstance(layers, (str, list, tuple)):
+        raise TypeError(f"layers must be {example}; got {type(layers).__name__}.")
+    if not isinstance(layers, str):
+        if not layers:
+            raise ValueError(f"layers is empty: give {example}.")
+        wrong = [type(x).__name__ for x in layers if not isinstance(x, str)]
+        if wrong:
+            raise TypeError(f"layers must be strings (module names or patterns); got {wrong}. Give {example}.")
+
+
 def resolve(model, layers) -> list:
     """Turn a preset, names or patterns into a list of Taps (in model order for presets and patterns)."""
+    _check_layers_type(layers)
     names = [n for n, _ in model.named_modules() if n]
     if isinstance(layers, str) and layers in ("blocks", "sublayers"):
         taps = _vit_taps(model, layers) if hasattr(model, "blocks") and hasattr(model, "patch_embed") else _cnn_taps(model, layers)
@@ -115,24 +131,43 @@ def _suggest(name, names) -> str:
 # --------------------------------------------------------------------------- token policies
 
 
-def apply_policy(output: torch.Tensor, policy: str, num_prefix_tokens: int) -> torch.Tensor:
-    """(B, ...) activations -> (B, p) rows under a token policy (see the module docstring)."""
+def apply_policy(output: torch.Tensor, policy: str, num_prefix_tokens: int, num_patches: int | None = None) -> torch.Tensor:
+    """(B, ...) activations -> (B, p) rows under a token policy (see the module docstring).
+
+    num_patches: the model's number of patch tokens, when known. It tells whether a (B, N, D)
+    output carries the prefix tokens at all: `patch_embed` (N = patches) does not, so its first
+    token is a patch, not a CLS token. Such outputs have no CLS to take, and their "spatial" and
+    "mean" policies use every token.
+    """
     if policy not in POLICIES:
         raise ValueError(f"Unknown token policy '{policy}'; choose one of {POLICIES}.")
     if output.ndim == 3:  # (B, N, D) tokens
         if policy == "all":
             return output.flatten(1)
+        prefix = num_prefix_tokens
+        if num_patches is not None and prefix and output.shape[1] != num_patches + prefix:
+            if output.shape[1] != num_patches:
+                raise ValueError(f"An output of {output.shape[1]} tokens, but the model has {prefix} prefix and {num_patches} "
+                                 f"patch tokens: cannot tell which tokens are which for policy '{policy}'. Use policy 'all'.")
+            prefix = 0  # no prefix tokens in this output (e.g. patch_embed)
+            if policy == "cls":
+                raise ValueError("This layer's output has no CLS token (it comes before the CLS token is added, e.g. "
+                                 "patch_embed): use policy 'all', 'spatial' or 'mean' for it.")
         if policy == "cls":
-            if num_prefix_tokens == 0:
+            if prefix == 0:
                 raise ValueError("This model has no CLS (prefix) token: use policy 'all', 'spatial' or 'mean'.")
-            return output[:, :num_prefix_tokens].flatten(1)
-        spatial = output[:, num_prefix_tokens:]
+            return output[:, :prefix].flatten(1)
+        spatial = output[:, prefix:]
         return spatial.flatten(1) if policy == "spatial" else spatial.mean(1)
     if output.ndim == 4:  # (B, C, H, W) feature maps
         if policy == "cls":
             raise ValueError("CNN feature maps have no CLS token: use policy 'all' (flatten) or 'mean' (average over H, W).")
         return output.mean((2, 3)) if policy == "mean" else output.flatten(1)
     return output.flatten(1)
+
+
+def _shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
 # --------------------------------------------------------------------------- the recorder
@@ -148,6 +183,9 @@ class Capture:
     """
 
     def __init__(self, model, layers="blocks", policy: str = "all", transform=None, on_repeat: str = "error"):
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"Capture needs a torch.nn.Module, got {type(model).__name__}. Load a name first: "
+                            "helpers.models.load('lite-vit').")
         if policy not in POLICIES:
             raise ValueError(f"Unknown token policy '{policy}'; choose one of {POLICIES}.")
         if on_repeat not in ("error", "last"):
@@ -155,6 +193,11 @@ class Capture:
         self.model, self.policy, self.transform, self.on_repeat = model, policy, transform, on_repeat
         self.taps = resolve(model, layers)
         self.num_prefix_tokens = int(getattr(model, "num_prefix_tokens", 0))
+        if policy == "cls" and self.num_prefix_tokens == 0:
+            raise ValueError(f"Token policy 'cls' needs a CLS (prefix) token, but {type(model).__name__} has none "
+                             "(a CNN, a Mixer or a global-average-pool ViT): use 'all', 'spatial' or 'mean' for it.")
+        num_patches = getattr(getattr(model, "patch_embed", None), "num_patches", None)
+        self.num_patches = int(num_patches) if isinstance(num_patches, int) else None
         self._store, self._counts, self._handles = {}, {}, []
 
     @property
@@ -168,9 +211,12 @@ class Capture:
         if self._counts[tap.label] > 1 and self.on_repeat == "error":
             raise RuntimeError(f"Module '{tap.module}' ran {self._counts[tap.label]} times in one forward pass "
                                "(a shared module?). Capture(..., on_repeat='last') keeps the last call.")
-        rows = apply_policy(value.detach(), self.policy, self.num_prefix_tokens)
-        # clone: timm's ReLUs work in place and would overwrite what we keep
-        self._store[tap.label] = self.transform(rows) if self.transform else rows.clone()
+        value = value.detach()
+        rows = apply_policy(value, self.policy, self.num_prefix_tokens, self.num_patches)
+        kept = self.transform(rows) if self.transform else rows
+        # clone anything that still shares the activation's memory: timm's ReLUs work in place
+        # and would overwrite what we keep (a transform may return a view of its input, too)
+        self._store[tap.label] = kept.clone() if isinstance(kept, torch.Tensor) and _shares_memory(kept, value) else kept
 
     def _new_forward(self, *_):
         """Each forward pass of the whole model starts a fresh record."""

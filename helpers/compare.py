@@ -15,8 +15,9 @@ Memory is bounded by one batch's Grams, whatever the number of images.
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -24,6 +25,7 @@ from helpers import models
 from helpers.attention import attention_of_heads
 from helpers.capture import Capture
 from helpers.data import ImageSet, batches
+from helpers.guards import check_batch_size, check_images, check_int, check_model, evaluating
 from helpers.minibatch_cka import CKAMatrix, MinibatchCKA, centered_gram, check_finite_grams
 
 
@@ -40,6 +42,33 @@ def _stacked_grams(capture: Capture) -> torch.Tensor:
     return stacked
 
 
+def _model(model, name: str) -> torch.nn.Module:
+    """A model argument: a name is loaded (helpers.models.load), a module is checked and used as it is."""
+    return models.load(model) if isinstance(model, str) else check_model(model, name)
+
+
+def _label(model) -> str:
+    return model if isinstance(model, str) else type(model).__name__
+
+
+def _gram_capture(model, layers, policy, which: str) -> Capture:
+    """A Capture that turns each layer into its Gram; a bad layer or policy names the argument."""
+    try:
+        return Capture(model, layers, policy, transform=_gram_of_rows)
+    except (ValueError, TypeError) as error:
+        raise type(error)(f"Model {which.upper()} (layers_{which}={layers!r}, policy_{which}={policy!r}): {error}") from None
+
+
+def _resolved(capture: Capture) -> dict:
+    """{label: module name (":input" for a module's input)}: what was actually recorded, for .meta."""
+    return {t.label: t.module + (":input" if t.where == "input" else "") for t in capture.taps}
+
+
+def _check_enough(images: ImageSet) -> None:
+    if len(images) < 4:
+        raise ValueError(f"{len(images)} images are too few: unbiased HSIC needs at least 4 (use 1,000+ for stable values).")
+
+
 def cka_matrix(model_a, images: ImageSet, layers_a="blocks", model_b=None, layers_b=None,
                policy_a: str = "all", policy_b: str | None = None, batch_size: int = 256,
                amp: bool = False, progress: bool = True, meta: dict | None = None) -> CKAMatrix:
@@ -50,34 +79,45 @@ def cka_matrix(model_a, images: ImageSet, layers_a="blocks", model_b=None, layer
     layers_a, layers_b: a preset ("blocks", "sublayers"), module names or glob patterns (helpers.capture).
     policy_a, policy_b: token policies ("all", "cls", "spatial", "mean"); policy_b defaults to policy_a.
     batch_size: images per minibatch (the paper used 1024; 128-256 give the same values, less memory).
-    amp: run the forward passes in bfloat16 autocast on CUDA (Grams stay float32, sums float64).
+        When it does not divide the number of images, the last, smaller batch counts in
+        proportion to its size (helpers.minibatch_cka); a last batch of 1-3 images is skipped, with a note.
+    amp: run the forward passes in bfloat16 autocast on CUDA (Grams stay float32, sums float64);
+        .meta["amp"] says whether it really ran (never on the CPU).
+    Models come back in the mode (train or eval) they came in; the analysis runs in eval mode.
     Returns a CKAMatrix: rows = A's layers, columns = B's layers, with what produced it in .meta.
     """
     start = time.time()
-    names = {"a": model_a if isinstance(model_a, str) else type(model_a).__name__,
-             "b": model_b if isinstance(model_b, str) else (type(model_b).__name__ if model_b is not None else None)}
-    model_a = models.load(model_a) if isinstance(model_a, str) else model_a.eval()
+    check_images(images)
+    batch_size = check_batch_size(batch_size)
+    _check_enough(images)
+    names = {"a": _label(model_a), "b": None if model_b is None else _label(model_b)}
+    model_a = _model(model_a, "model_a")
     within = model_b is None
     if within and layers_b is not None:
         raise ValueError("layers_b is given but model_b is not: pass model_b=... to compare two models.")
-    model_b = None if within else (models.load(model_b) if isinstance(model_b, str) else model_b.eval())
+    model_b = None if within else _model(model_b, "model_b")
     policy_b = policy_a if policy_b is None else policy_b
-    if len(images) < 4:
-        raise ValueError(f"{len(images)} images are too few: unbiased HSIC needs at least 4 (use 1,000+ for stable values).")
 
-    capture_a = Capture(model_a, layers_a, policy_a, transform=_gram_of_rows)
-    capture_b = None if within else Capture(model_b, layers_b or "blocks", policy_b, transform=_gram_of_rows)
+    capture_a = _gram_capture(model_a, layers_a, policy_a, "a")
+    capture_b = None if within else _gram_capture(model_b, layers_b or "blocks", policy_b, "b")
     accumulator = MinibatchCKA(capture_a.labels, None if within else capture_b.labels)
     device = next(model_a.parameters()).device
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if amp and device.type == "cuda" else nullcontext()
+    amp_runs = bool(amp) and device.type == "cuda"
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if amp_runs else nullcontext()
 
     stream_a = batches(images, model_a, batch_size)
     stream_b = None if within else batches(images, model_b, batch_size)
-    n_batches = -(-len(images) // batch_size)
-    with torch.no_grad(), autocast, capture_a, (capture_b or nullcontext()):
+    n_batches, skipped = -(-len(images) // batch_size), 0
+    with ExitStack() as stack:
+        for context in (torch.no_grad(), autocast, evaluating(model_a), capture_a):
+            stack.enter_context(context)
+        if not within:
+            stack.enter_context(evaluating(model_b))
+            stack.enter_context(capture_b)
         for x_a in tqdm(stream_a, total=n_batches, desc="CKA", disable=not progress):
             if len(x_a) < 4:  # a last batch of 1-3 images cannot give an unbiased estimate: skip it, say so
-                print(f"Note: the last {len(x_a)} image(s) were skipped (a batch needs at least 4).")
+                skipped = len(x_a)
+                print(f"Note: the last {skipped} image(s) were skipped (a batch needs at least 4).")
                 break
             model_a(x_a)
             grams_a = _stacked_grams(capture_a)
@@ -89,8 +129,9 @@ def cka_matrix(model_a, images: ImageSet, layers_a="blocks", model_b=None, layer
 
     info = {"model_a": names["a"], "model_b": names["b"] or names["a"], "layers_a": str(layers_a),
             "layers_b": str(layers_b if not within else layers_a), "policy_a": policy_a, "policy_b": policy_b,
-            "images": images.name, "batch_size": batch_size, "device": str(device), "amp": bool(amp),
-            "seconds": round(time.time() - start, 2), **(meta or {})}
+            "resolved_layers_a": _resolved(capture_a), "resolved_layers_b": _resolved(capture_b or capture_a),
+            "images": images.name, "n_images_skipped": skipped, "batch_size": batch_size, "device": str(device),
+            "amp": amp_runs, "amp_requested": bool(amp), "seconds": round(time.time() - start, 2), **(meta or {})}
     return accumulator.result(info)
 
 
@@ -105,8 +146,18 @@ def head_groups_cka(vit, cnn, images: ImageSet, head_groups: dict, cnn_layers, b
     Returns a CKAMatrix: rows = head groups, columns = CNN layers.
     """
     start = time.time()
-    vit, cnn = vit.eval(), cnn.eval()
+    vit, cnn = _model(vit, "vit"), _model(cnn, "cnn")
+    check_images(images)
+    batch_size = check_batch_size(batch_size)
+    _check_enough(images)
+    if not (hasattr(vit, "blocks") and hasattr(vit, "patch_embed")):
+        raise TypeError(f"vit must be a timm VisionTransformer (attention heads), got {type(vit).__name__}.")
+    block = check_int(block, "block", 0)
+    if block >= len(vit.blocks):
+        raise ValueError(f"block {block} does not exist: the ViT has blocks 0..{len(vit.blocks) - 1}.")
     heads = vit.blocks[block].attn.num_heads
+    if not isinstance(head_groups, dict):
+        raise TypeError(f"head_groups must be a dict {{label: [head indices]}}, got {type(head_groups).__name__}.")
     bad = sorted({h for group in head_groups.values() for h in group if not 0 <= h < heads})
     if bad or not head_groups or not all(head_groups.values()):
         raise ValueError(f"head_groups must be non-empty lists of head indices 0..{heads - 1} of block {block}; got {head_groups}.")
@@ -114,7 +165,7 @@ def head_groups_cka(vit, cnn, images: ImageSet, head_groups: dict, cnn_layers, b
     accumulator = MinibatchCKA(list(head_groups), capture.labels)
     prefix = vit.num_prefix_tokens
     n_batches = -(-len(images) // batch_size)
-    with torch.no_grad(), capture:
+    with torch.no_grad(), evaluating(vit), evaluating(cnn), capture:
         for x_vit, x_cnn in tqdm(zip(batches(images, vit, batch_size), batches(images, cnn, batch_size)),
                                  total=n_batches, desc="CKA", disable=not progress):
             if len(x_vit) < 4:
@@ -130,10 +181,23 @@ def head_groups_cka(vit, cnn, images: ImageSet, head_groups: dict, cnn_layers, b
     return accumulator.result(info)
 
 
-def _check_labels(images: ImageSet) -> None:
+def class_indices(images: ImageSet) -> torch.Tensor:
+    """images.labels as class indices 0..K-1, (N,) int64; labels may be ints or strings (class names).
+
+    Refuses what cannot give a right answer: no labels, one label per image missing, one class only.
+    """
     if images.labels is None:
         raise ValueError(f"The image set '{images.name}' has no class labels. Use 'shapes', 'cifar10', 'imagenette' "
                          "or a folder with one subfolder per class.")
+    labels = np.asarray(list(images.labels))
+    if labels.ndim != 1 or len(labels) != len(images):
+        raise ValueError(f"The image set '{images.name}' has {len(images)} images but {labels.size} labels "
+                         f"(shape {labels.shape}): give exactly one class label per image.")
+    classes, indices = np.unique(labels, return_inverse=True)
+    if len(classes) < 2:
+        raise ValueError(f"All {len(images)} images have the same label ({classes[0]!r}): CKA with the class labels "
+                         "needs at least two classes. Use more images or a source with several classes.")
+    return torch.as_tensor(indices.reshape(-1), dtype=torch.int64)
 
 
 def label_cka(model, images: ImageSet, layers="blocks", policy: str = "all", batch_size: int = 256,
@@ -145,14 +209,19 @@ def label_cka(model, images: ImageSet, layers="blocks", policy: str = "all", bat
     images: an ImageSet with .labels (shapes, cifar10, imagenette, a folder of class subfolders).
     layers, policy: as in cka_matrix. Returns a CKAMatrix: rows = layers, one column "class labels".
     """
-    _check_labels(images)
+    check_images(images)
+    batch_size = check_batch_size(batch_size)
+    _check_enough(images)
+    one_hot = torch.nn.functional.one_hot(class_indices(images)).float()
     start = time.time()
-    model = models.load(model) if isinstance(model, str) else model.eval()
-    one_hot = torch.nn.functional.one_hot(torch.as_tensor(images.labels)).float()
-    capture = Capture(model, layers, policy, transform=_gram_of_rows)
+    model = _model(model, "model")
+    try:
+        capture = Capture(model, layers, policy, transform=_gram_of_rows)
+    except (ValueError, TypeError) as error:
+        raise type(error)(f"layers={layers!r}, policy={policy!r}: {error}") from None
     accumulator = MinibatchCKA(capture.labels, ["class labels"])
     seen = 0
-    with torch.no_grad(), capture:
+    with torch.no_grad(), evaluating(model), capture:
         for x in tqdm(batches(images, model, batch_size), total=-(-len(images) // batch_size), desc="CKA", disable=not progress):
             if len(x) < 4:
                 print(f"Note: the last {len(x)} image(s) were skipped (a batch needs at least 4).")
@@ -175,9 +244,10 @@ def pooled_features(model, images: ImageSet, layers, policy: str, batch_size: in
     Meant for pooled token policies ("cls", "mean"), whose p is small; refuses more than
     MAX_KEPT_VALUES numbers in all, with advice, instead of running out of memory.
     """
-    model = models.load(model) if isinstance(model, str) else model.eval()
+    model = _model(model, "model")
+    check_images(images)
     kept, total = {}, 0
-    with torch.no_grad(), Capture(model, layers, policy) as capture:
+    with torch.no_grad(), evaluating(model), Capture(model, layers, policy) as capture:
         for x in batches(images, model, batch_size):
             model(x)
             for name, rows in capture.take().items():
@@ -242,10 +312,13 @@ def within_class_cka(model_a, model_b, images: ImageSet, layers_a="blocks", laye
     what is left. Every image's features are kept in memory (pooled_features), so use pooled
     policies. Same estimator and batches as cka_matrix. Returns a CKAMatrix (rows = A's layers).
     """
-    _check_labels(images)
+    check_images(images)
+    batch_size = check_batch_size(batch_size)
+    _check_enough(images)
+    labels = class_indices(images)
     start = time.time()
-    features_a = {k: remove_class_means(v, images.labels) for k, v in pooled_features(model_a, images, layers_a, policy_a, batch_size).items()}
-    features_b = {k: remove_class_means(v, images.labels) for k, v in pooled_features(model_b, images, layers_b, policy_b, batch_size).items()}
+    features_a = {k: remove_class_means(v, labels) for k, v in pooled_features(model_a, images, layers_a, policy_a, batch_size).items()}
+    features_b = {k: remove_class_means(v, labels) for k, v in pooled_features(model_b, images, layers_b, policy_b, batch_size).items()}
     accumulator = MinibatchCKA(list(features_a), list(features_b))
     for begin in range(0, len(images) - 3, batch_size):  # a last batch of 1-3 images cannot be used
         stop = begin + batch_size

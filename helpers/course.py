@@ -26,9 +26,22 @@ def seed_everything(seed: int = 0) -> None:
 def pick_device() -> torch.device:
     """CUDA when present (Colab GPU runtime), else CPU. Set COURSE_DEVICE=cpu to force the CPU."""
     wanted = os.environ.get("COURSE_DEVICE", "").strip().lower()
-    if wanted:
-        return torch.device(wanted)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not wanted:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(wanted)
+    except RuntimeError:
+        raise ValueError(f"COURSE_DEVICE={wanted!r} is not a device: use 'cpu', 'cuda' or 'cuda:0' (or unset it to choose "
+                         "automatically).") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"COURSE_DEVICE={wanted!r} but this machine has no CUDA GPU: set COURSE_DEVICE=cpu or unset it.")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"COURSE_DEVICE={wanted!r} but there are only {torch.cuda.device_count()} GPU(s): use cuda:0.")
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"COURSE_DEVICE={wanted!r}: the course runs on 'cpu' or 'cuda' (or 'mps' on a Mac).")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"COURSE_DEVICE={wanted!r} but MPS is not available here: set COURSE_DEVICE=cpu.")
+    return device
 
 
 def start(seed: int = 0, quiet: bool = False) -> torch.device:

@@ -1,24 +1,34 @@
 """Images for the analyses, on either track, preprocessed the way each model expects.
 
     images = image_set("shapes", count=2048)            # lite track: generated, no download
-    images = image_set("imagenette", count=5000)        # full track: torchvision download (~1.5 GB)
+    images = image_set("imagenette")                    # full track: its 3,925 validation images (~340 MB download)
     images = image_set("cifar10") / image_set("path/to/folder")
+    images = tensor_set(uint8_images, labels)           # your own (N, 3, H, W) uint8 tensor
     for batch in batches(images, model, batch_size=256):   # (B, 3, H, W) float, normalised for `model`
         ...
 
 Preprocessing always comes from the model's own pretrained config (timm's resolve_data_config):
 resize, crop and mean/std exactly as the model was trained, never constants copied by hand.
+
+Image files are read as 8-bit RGB the same way whatever they hold: 16-bit grey images are
+scaled (not clipped) to 8 bits, palette images are expanded, and transparent pixels are laid
+over white (what an image viewer shows) instead of revealing whatever colour they hide.
+A file that cannot be read raises an error that names it.
 """
 
 from __future__ import annotations
 
+import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from helpers import shapes
 from helpers.course import DATA_DIR
+from helpers.guards import check_int
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 DOWNLOAD_DIR = DATA_DIR / "downloads"  # git-ignored
@@ -38,9 +48,42 @@ class ImageSet:
         return self.count
 
 
-def _shapes_set(count: int, split: str) -> ImageSet:
-    images, labels = shapes.load_split(split, count=count)
+def _check_count(count, available: int, source: str) -> int:
+    """How many images to use: `count` (an int >= 1) or all `available`; never more than exist.
+
+    Asking for more than exist gives all of them, with a printed line saying so, so that a
+    text promising 5,000 images cannot silently run on 3,925.
+    """
+    if count is None:
+        return available
+    count = check_int(count, "count", 1)
+    if count > available:
+        print(f"Note: {count:,} images were asked for but '{source}' has {available:,}; using all {available:,}.")
+        return available
+    return count
+
+
+def _shapes_set(count, split: str) -> ImageSet:
+    available = len(shapes.split_indices(split))
+    images, labels = shapes.load_split(split, count=_check_count(2048 if count is None else count, available, "shapes"))
     return ImageSet("shapes", len(images), lambda i: images[i], labels.tolist(), tensor=images)
+
+
+def tensor_set(images, labels=None, name: str = "tensor") -> ImageSet:
+    """An ImageSet from your own images: a uint8 (N, 3, H, W) tensor or array, labels optional (N,) ints.
+
+    Images must already have the model's input size (lite models: 32 x 32); they are normalised
+    with the model's own mean and std, like the 'shapes' images.
+    """
+    images = torch.as_tensor(np.asarray(images)) if not isinstance(images, torch.Tensor) else images
+    if images.ndim != 4 or images.shape[1] != 3 or images.dtype != torch.uint8:
+        raise ValueError(f"tensor_set needs uint8 images of shape (N, 3, H, W), got {tuple(images.shape)} {images.dtype}. "
+                         "Convert floats in [0, 1] with (x * 255).round().to(torch.uint8).")
+    if labels is not None:
+        labels = [int(v) for v in np.asarray(labels).reshape(-1)]
+        if len(labels) != len(images):
+            raise ValueError(f"{len(images)} images but {len(labels)} labels: give one label per image.")
+    return ImageSet(name, len(images), lambda i: images[i], labels, tensor=images)
 
 
 def _fixed_order(n: int) -> list:
@@ -65,45 +108,77 @@ def _torchvision_set(name: str, count: int | None, download: bool) -> ImageSet:
     except Exception as error:  # no network, or an interrupted download
         raise RuntimeError(f"Could not get the {name} images ({type(error).__name__}: {str(error)[:150]}). "
                            "Offline? Use the lite track's 'shapes' images, or image_set('path/to/your/folder').") from None
-    order = _fixed_order(len(dataset))
-    order = order if count is None else order[:count]
+    order = _fixed_order(len(dataset))[:_check_count(count, len(dataset), name)]
     # labels without decoding every image: CIFAR keeps them in .targets, Imagenette in (path, label) pairs
     all_labels = dataset.targets if name == "cifar10" else [label for _, label in getattr(dataset, "_samples", [])]
     labels = [all_labels[i] for i in order] if len(all_labels) == len(dataset) else None
     return ImageSet(name, len(order), lambda i: dataset[order[i]][0], labels)
 
 
-def _folder_set(folder: Path, count: int | None) -> ImageSet:
-    """Images in `folder` and its subfolders, in a fixed shuffled order.
-
-    With one subfolder per class (the ImageFolder layout) the labels are the subfolder
-    indices in sorted order; with all images in `folder` itself there are no labels.
-    """
+def read_rgb(path) -> "PIL.Image.Image":
+    """An image file as 8-bit RGB (see the module docstring); an unreadable file raises naming it."""
     from PIL import Image
 
+    try:
+        with Image.open(path) as image:
+            image.load()  # decode now: a truncated file fails here, not deep inside a transform
+            if image.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):  # 16-bit grey: scale, do not clip at 255
+                grey = np.clip(np.asarray(image, dtype=np.float64) / 257.0, 0, 255).round().astype(np.uint8)
+                return Image.fromarray(grey).convert("RGB")
+            if image.mode == "F":
+                raise ValueError("32-bit floating-point images have no fixed range; save it as an 8- or 16-bit image")
+            if image.mode == "P" and "transparency" in image.info:
+                image = image.convert("RGBA")
+            if image.mode in ("RGBA", "LA", "PA", "La", "RGBa"):
+                rgba = image.convert("RGBA")
+                white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+                return Image.alpha_composite(white, rgba).convert("RGB")
+            return image.convert("RGB")
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
+        raise ValueError(f"Could not read the image file {path}: {error}. Remove or replace this file "
+                         "(is it truncated, or not really an image?).") from None
+
+
+def _folder_set(folder: Path, count) -> ImageSet:
+    """Images in `folder` and its subfolders, in a fixed shuffled order.
+
+    With one subfolder per class (the ImageFolder layout) the labels are the indices of the
+    top-level subfolders in sorted order (images in deeper subfolders belong to their top-level
+    one); with all images in `folder` itself there are no labels. A mix of both has no labels
+    either, with a warning.
+    """
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder} is not a folder. Give a folder of images, or one of 'shapes', 'imagenette', 'cifar10'.")
-    files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS)
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS)
     if not files:
         raise ValueError(f"No images found in {folder} (looked for {', '.join(IMAGE_EXTENSIONS)} files, in subfolders too).")
-    # class index of each subfolder, from every file, so that a label does not depend on `count`
-    classes = {parent: i for i, parent in enumerate(sorted({f.parent for f in files}))}
-    files = [files[i] for i in _fixed_order(len(files))]
-    files = files if count is None else files[:count]
-    labels = [classes[f.parent] for f in files] if folder not in classes else None
-    return ImageSet(str(folder), len(files), lambda i: Image.open(files[i]).convert("RGB"), labels)
+    # the class of a file is its top-level subfolder, from every file, so that a label does not depend on `count`
+    top = [f.relative_to(folder).parts[0] if len(f.relative_to(folder).parts) > 1 else None for f in files]
+    labelled = all(t is not None for t in top)
+    if not labelled and any(t is not None for t in top):
+        warnings.warn(f"{folder} holds images both directly and in subfolders, so the subfolders cannot be read as "
+                      "classes: the images get no labels. Put every image in a class subfolder to get labels.")
+    classes = {name: i for i, name in enumerate(sorted(set(top)))} if labelled else {}
+    order = _fixed_order(len(files))[:_check_count(count, len(files), str(folder))]
+    files = [files[i] for i in order]
+    labels = [classes[f.relative_to(folder).parts[0]] for f in files] if labelled else None
+    return ImageSet(str(folder), len(files), lambda i: read_rgb(files[i]), labels)
 
 
 def image_set(source: str, count: int | None = None, split: str = "test", download: bool = True) -> ImageSet:
     """An ordered image set by name ('shapes', 'imagenette', 'cifar10') or folder path.
 
     count: how many images (always the same ones; folders and torchvision sets are taken in a
-    fixed shuffled order so that any count mixes the classes). split: for 'shapes' only.
+    fixed shuffled order so that any count mixes the classes); None means all (2,048 for
+    'shapes'); more than exist gives all that exist, with a printed note. split: for 'shapes' only.
     .labels holds class indices where the source has them (shapes, cifar10, imagenette, a folder
     with one subfolder per class), else None.
     """
+    if not isinstance(source, (str, os.PathLike)):
+        hint = " For a uint8 tensor of images use helpers.data.tensor_set(images, labels)." if isinstance(source, (torch.Tensor, np.ndarray)) else ""
+        raise TypeError(f"source must be 'shapes', 'imagenette', 'cifar10' or a folder path, got {type(source).__name__}.{hint}")
     if source == "shapes":
-        return _shapes_set(count or 2048, split)
+        return _shapes_set(count, split)
     if source in ("imagenette", "cifar10"):
         return _torchvision_set(source, count, download)
     return _folder_set(Path(source), count)
@@ -118,7 +193,9 @@ def preprocess_for(model):
     """
     from timm.data import create_transform, resolve_data_config
 
-    config = resolve_data_config(model=model)
+    # use_test_size: some models are evaluated larger than they were trained (resnet50.tv2_in1k: 176 px
+    # in training, 224 px at test); the analyses see the images at the evaluation size
+    config = resolve_data_config(model=model, use_test_size=True)
     pil_transform = create_transform(**config, is_training=False)
     mean = torch.tensor(config["mean"])[:, None, None]
     std = torch.tensor(config["std"])[:, None, None]
@@ -136,8 +213,12 @@ def preprocess_for(model):
 
 def batches(images: ImageSet, model, batch_size: int = 256, device=None):
     """Yield preprocessed (B, 3, H, W) batches of `images` in order, for `model`."""
+    from helpers.guards import check_images
+
+    check_images(images)
+    batch_size = check_int(batch_size, "batch_size", 1)
     preprocess = preprocess_for(model)
-    device = device or next(model.parameters()).device
+    device = device or next(model.parameters(), torch.empty(0)).device
     for start in range(0, len(images), batch_size):
         stop = min(start + batch_size, len(images))
         if images.tensor is not None:  # one vectorised step instead of a Python loop over images

@@ -26,7 +26,9 @@ different images can be merged exactly (or summed across processes/GPUs).
 
 from __future__ import annotations
 
+import difflib
 import json
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -62,12 +64,17 @@ class CKAMatrix:
                 f"{self.n_examples} examples in {self.n_batches} batches)")
 
     def cell(self, row: str, col: str) -> float:
-        """The CKA value of one named pair."""
-        return float(self.values[self.rows.index(row), self.cols.index(col)])
+        """The CKA value of one named pair (row: a layer of model A, col: a layer of model B)."""
+        return float(self.values[_index_of(row, self.rows, "row"), _index_of(col, self.cols, "column")])
 
     def save(self, path) -> Path:
-        """Write values and labels to an .npz file (metadata stored as JSON inside)."""
+        """Write values and labels to an .npz file (metadata stored as JSON inside); returns the path written.
+
+        ".npz" is added when `path` does not end with it (numpy would add it anyway).
+        """
         path = Path(path)
+        if path.suffix != ".npz":
+            path = path.with_name(path.name + ".npz")
         path.parent.mkdir(parents=True, exist_ok=True)
         info = dict(rows=self.rows, cols=self.cols, estimator=self.estimator,
                     n_examples=self.n_examples, n_batches=self.n_batches, meta=self.meta)
@@ -76,10 +83,39 @@ class CKAMatrix:
 
     @classmethod
     def load(cls, path) -> "CKAMatrix":
-        """Read a matrix written by `save`."""
-        with np.load(path, allow_pickle=False) as f:
-            info = json.loads(str(f["info"]))
-            return cls(values=f["values"], **info)
+        """Read a matrix written by `save` (never unpickles anything)."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"No file {path}. CKAMatrix.load reads the .npz files written by CKAMatrix.save.")
+        not_ours = (f"{path} is not a CKA matrix written by CKAMatrix.save (an .npz with 'values' and 'info'). "
+                    "Recompute it, or check the path.")
+        try:
+            f = np.load(path, allow_pickle=False)
+        except ValueError:  # pickled content: refused, never loaded
+            raise ValueError(not_ours) from None
+        except (OSError, EOFError, zipfile.BadZipFile):
+            raise ValueError(f"{path} is corrupt or truncated: it cannot be read as a CKA matrix. Recompute it.") from None
+        if not isinstance(f, np.lib.npyio.NpzFile):  # a plain .npy array
+            raise ValueError(not_ours)
+        with f:
+            if {"values", "info"} - set(f.files):
+                raise ValueError(not_ours)
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                info, values = json.loads(str(f["info"])), f["values"]
+            return cls(values=values, **info)
+        except (OSError, EOFError, zipfile.BadZipFile, json.JSONDecodeError):
+            raise ValueError(f"{path} is corrupt or truncated: it cannot be read as a CKA matrix. Recompute it.") from None
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{path} does not hold a valid CKA matrix ({error}). Recompute it.") from None
+
+
+def _index_of(name, names: list, what: str) -> int:
+    if name in names:
+        return names.index(name)
+    close = difflib.get_close_matches(str(name), [str(n) for n in names], n=3, cutoff=0.5)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    raise KeyError(f"No {what} named {name!r}.{hint} The {what}s are: {names}.")
 
 
 # --------------------------------------------------------------------------- per-batch math

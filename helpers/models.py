@@ -15,6 +15,7 @@ import difflib
 import json
 import os
 import socket
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
@@ -54,8 +55,18 @@ class WeightsUnavailableError(RuntimeError):
 # --------------------------------------------------------------------------- the hub
 
 
+def offline_forced() -> bool:
+    """True when HF_HUB_OFFLINE asks huggingface_hub (and so the course) never to use the network."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def hub_reachable(timeout: float = 3.0) -> bool:
-    """True when the Hugging Face hub answers a TCP connection within `timeout` seconds."""
+    """True when the Hugging Face hub answers a TCP connection within `timeout` seconds.
+
+    Always False when HF_HUB_OFFLINE is set: the network is not to be used.
+    """
+    if offline_forced():
+        return False
     host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
     try:
         socket.create_connection((host, 443), timeout=timeout).close()
@@ -133,6 +144,28 @@ def lite_card(name: str) -> dict:
     return json.loads(path.read_text())
 
 
+def check_finite_weights(model: torch.nn.Module, source: str) -> None:
+    """Refuse weights holding NaN or inf: every number computed from them would be meaningless."""
+    bad = [n for n, t in list(model.named_parameters()) + list(model.named_buffers())
+           if t.is_floating_point() and not torch.isfinite(t).all()]
+    if bad:
+        raise ValueError(f"The weights from {source} hold NaN or inf values in {bad[:5]}{' ...' if len(bad) > 5 else ''}. "
+                         "The file is damaged or was saved after training diverged: use another checkpoint.")
+
+
+def _saved_name(path: Path):
+    """The model name a safetensors file records in its metadata ('name'), or None."""
+    if path.suffix != ".safetensors":
+        return None
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), "pt") as f:
+            return (f.metadata() or {}).get("name")
+    except Exception:  # unreadable metadata: the loader reports the file itself
+        return None
+
+
 def _load_lite(name: str) -> torch.nn.Module:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
@@ -147,12 +180,70 @@ def _load_lite(name: str) -> torch.nn.Module:
     except (SafetensorError, OSError, ValueError) as error:
         raise ValueError(f"The checkpoint {path} is corrupt or truncated ({error}). Restore it from git or "
                          f"retrain it: python -m helpers.train {name}") from None
+    saved = _saved_name(path)
+    if saved is not None and saved != name:
+        raise ValueError(f"The checkpoint {path} says it holds '{saved}', not '{name}'. Restore the right file from git "
+                         f"or retrain it: python -m helpers.train {name}")
     model = zoo.build(name)
     expected = model.state_dict()
     try:
         model.load_state_dict({k: v.to(expected[k].dtype) if k in expected else v for k, v in state.items()})
     except RuntimeError as error:
         raise ValueError(f"The checkpoint {path} does not fit the '{name}' architecture: {error}") from None
+    check_finite_weights(model, str(path))
+    return model
+
+
+def _check_tag(name: str) -> None:
+    """A name with a pretrained tag ('resnet50.tv_in1k') must name a tag timm knows; suggest the real ones."""
+    import timm
+
+    if "." not in name:
+        return
+    arch = name.split(".")[0]
+    tags = timm.list_pretrained(f"{arch}.*")
+    if name not in tags:
+        close = difflib.get_close_matches(name, tags, n=5, cutoff=0.5)
+        listed = ", ".join(close or tags[:8]) or "(none: this architecture has no pretrained weights in timm)"
+        raise ValueError(f"timm has no pretrained weights '{name}'. {'Did you mean' if close else 'Its tags are'}: {listed}? "
+                         f"All of them: timm.list_pretrained('{arch}.*').")
+
+
+def _warn_new_head(name: str, kwargs: dict) -> None:
+    """num_classes that differs from the checkpoint's replaces the trained classifier by a random one: say so."""
+    from timm.models import get_pretrained_cfg
+
+    cfg = get_pretrained_cfg(name)
+    wanted = kwargs.get("num_classes")
+    if cfg is not None and wanted is not None and wanted != getattr(cfg, "num_classes", wanted):
+        warnings.warn(f"'{name}' was trained with {cfg.num_classes} classes; num_classes={wanted} gives it a NEW, randomly "
+                      "initialised classifier head. Every layer before the head keeps its pretrained weights; the head's "
+                      "outputs mean nothing until you train it. Leave num_classes out to keep the trained head.")
+
+
+def _from_file(name: str, path: Path, **kwargs) -> torch.nn.Module:
+    import timm
+
+    if not path.is_file():
+        raise FileNotFoundError(f"Weights file {path} does not exist.")
+    saved = _saved_name(path)
+    if saved is not None and saved.split(".")[0] != name.split(".")[0]:
+        raise ValueError(f"The weights file {path} says it holds '{saved}', not '{name}': load it as load('{saved}', "
+                         f"weights=...) or give the file that belongs to '{name}'.")
+    # timm reads the file exactly as a hub download (safetensors, or torch.load with weights_only=True)
+    try:
+        model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=dict(file=str(path)), **kwargs)
+    except TypeError:
+        raise  # an unknown keyword argument for this architecture: timm's message names it
+    except Exception as error:  # noqa: BLE001 - whatever the file holds, the learner gets one clear message
+        text = str(error)
+        if "size mismatch" in text or "Missing key" in text or "Unexpected key" in text:
+            raise ValueError(f"The weights in {path} do not fit timm model '{name}': {text[:300]}") from None
+        raise ValueError(f"Could not read weights file {path}: it is corrupt or truncated, or holds something other "
+                         "than a state dict (the course loads only safetensors files and state dicts saved with "
+                         "torch.save(model.state_dict(), path), never pickled objects). Save the weights with "
+                         f"safetensors.torch.save_file(model.state_dict(), path) and try again ({type(error).__name__}).") from None
+    check_finite_weights(model, str(path))
     return model
 
 
@@ -160,25 +251,29 @@ def _load_timm(name: str, weights, pretrained: bool, **kwargs) -> torch.nn.Modul
     import timm
 
     if weights is not None:
-        path = Path(weights)
-        if not path.is_file():
-            raise FileNotFoundError(f"Weights file {path} does not exist.")
-        # timm reads the file exactly as a hub download (safetensors, or torch.load with weights_only=True)
-        try:
-            return timm.create_model(name, pretrained=True, pretrained_cfg_overlay=dict(file=str(path)), **kwargs)
-        except (RuntimeError, ValueError, OSError, EOFError) as error:
-            if "size mismatch" in str(error) or "Missing key" in str(error):
-                raise ValueError(f"The weights in {path} do not fit timm model '{name}': {str(error)[:300]}") from None
-            raise ValueError(f"Could not read weights file {path}: it may be corrupt or truncated, or not a "
-                             f"state dict ({type(error).__name__}: {str(error)[:200]})") from None
+        if not pretrained:
+            raise ValueError("weights=... and pretrained=False contradict each other: leave out pretrained to load the file, "
+                             "or leave out weights for a randomly initialised model.")
+        return _from_file(name, Path(weights), **kwargs)
     if not pretrained:
         return timm.create_model(name, pretrained=False, **kwargs)
+    _check_tag(name)
+    _warn_new_head(name, kwargs)
     if weights_cached(name):
         with hub_offline():  # never wait on the network for weights we already have
-            return timm.create_model(name, pretrained=True, **kwargs)
-    if not hub_reachable():
+            model = timm.create_model(name, pretrained=True, **kwargs)
+    elif not hub_reachable():
         raise WeightsUnavailableError(_offline_message(name))
-    return timm.create_model(name, pretrained=True, **kwargs)
+    else:
+        try:
+            model = timm.create_model(name, pretrained=True, **kwargs)
+        except TypeError:
+            raise
+        except (OSError, RuntimeError) as error:  # the hub answered a connection but could not serve the file
+            raise WeightsUnavailableError(f"{_offline_message(name)}\n  (The hub answered but the download failed: "
+                                          f"{type(error).__name__}.)") from None
+    check_finite_weights(model, f"the hub ({name})")
+    return model
 
 
 def suggest(name: str) -> list:
@@ -198,7 +293,15 @@ def load(name: str, weights=None, pretrained: bool = True, device=None, **timm_k
     """
     import timm
 
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a model name (a string such as 'lite-vit' or 'resnet50'), got {type(name).__name__}. "
+                        "A model you already have needs no loading: pass the module itself.")
     if name in zoo.ZOO:
+        ignored = [f"weights={weights!r}"] * (weights is not None) + [f"{k}=..." for k in timm_kwargs]
+        if ignored:
+            raise ValueError(f"'{name}' is a bundled lite model: {', '.join(ignored)} cannot apply to it (it always loads "
+                             f"data/models/{name}.safetensors, architecture fixed by its recipe). Leave them out, or use "
+                             "a timm name for a model of your own choice.")
         model = _load_lite(name) if pretrained else zoo.build(name)
     elif timm.is_model(name.split(".")[0]):
         model = _load_timm(name, weights, pretrained, **timm_kwargs)

@@ -1,0 +1,71 @@
+"""Checks of what a learner passes to the helpers, with messages that say what to do.
+
+Each check raises at once, naming the argument, instead of letting a wrong type travel deep
+into torch or timm (a raw library error) or, worse, give a plausible but wrong number.
+
+    check_batch_size(batch_size)                  # an int, at least 4
+    check_images(images)                          # a helpers.data.ImageSet
+    check_model(model, "model_b")                 # a torch module (names are loaded by the caller)
+    with evaluating(model): ...                   # eval mode inside, the caller's mode restored after
+"""
+
+from __future__ import annotations
+
+import numbers
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+
+
+def check_int(value, name: str, minimum: int) -> int:
+    """`value` as an int >= minimum; bools, floats and strings are refused."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a whole number (an int), got {value!r} of type {type(value).__name__}.")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}.")
+    return int(value)
+
+
+def check_batch_size(batch_size) -> int:
+    """Images per minibatch: an int >= 4 (unbiased HSIC needs 4 examples; 64 or more give useful values)."""
+    return check_int(batch_size, "batch_size", 4)
+
+
+def check_images(images, name: str = "images"):
+    """`images` must be a helpers.data.ImageSet (what image_set() returns)."""
+    from helpers.data import ImageSet
+
+    if isinstance(images, ImageSet):
+        return images
+    hint = ""
+    if isinstance(images, (torch.Tensor, np.ndarray)):
+        hint = " For a tensor of uint8 images (N, 3, H, W), wrap it: helpers.data.tensor_set(images, labels=None)."
+    elif isinstance(images, str):
+        hint = f" For a source name or folder, call helpers.data.image_set({images!r}) first."
+    raise TypeError(f"{name} must be a helpers.data.ImageSet (from helpers.data.image_set('shapes'), a folder path, "
+                    f"'imagenette' or 'cifar10'), got {type(images).__name__}.{hint}")
+
+
+def check_model(model, name: str = "model") -> torch.nn.Module:
+    """`model` must be a torch module (callers load names with helpers.models.load first)."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"{name} must be a torch.nn.Module or a model name such as 'lite-vit' or 'resnet50', "
+                        f"got {type(model).__name__}.")
+    return model
+
+
+@contextmanager
+def evaluating(model: torch.nn.Module):
+    """Put `model` in eval mode for the block; afterwards every submodule is back in its own mode.
+
+    The analyses must run in eval mode (dropout off, batch-norm statistics frozen), but a
+    learner's model that came in training mode must go back in training mode.
+    """
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield model
+    finally:
+        for module, training in modes:
+            module.training = training

@@ -1,0 +1,297 @@
+"""What a learner can feed the helpers: never a silent wrong number, never leaked state, and a clear
+error (naming the argument and what to do) instead of a raw library error."""
+
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from safetensors.torch import save_file
+
+from helpers import attention, models, zoo
+from helpers.capture import Capture
+from helpers.compare import cka_matrix, head_groups_cka, label_cka
+from helpers.data import ImageSet, image_set, read_rgb, tensor_set
+from helpers.minibatch_cka import CKAMatrix
+
+
+@pytest.fixture(scope="module")
+def vit():
+    torch.manual_seed(0)
+    return zoo.build("lite-vit").eval()
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    torch.manual_seed(0)
+    return zoo.build("lite-resnet").eval()
+
+
+@pytest.fixture(scope="module")
+def images():
+    return image_set("shapes", count=32)
+
+
+# ---------------------------------------------------------------- images
+
+
+def write_png16_grey(path, values: np.ndarray) -> None:
+    Image.fromarray(values.astype(np.uint16)).save(path)
+
+
+def test_16_bit_images_are_scaled_not_clipped(tmp_path):
+    write_png16_grey(tmp_path / "g.png", np.full((8, 8), 40000))
+    rgb = np.asarray(read_rgb(tmp_path / "g.png"))
+    assert rgb.dtype == np.uint8 and (rgb == round(40000 / 257)).all()  # 156, where a plain convert gives 255
+
+
+def test_transparent_pixels_are_laid_over_white_and_palettes_expanded(tmp_path):
+    rgba = np.zeros((4, 4, 4), np.uint8)
+    rgba[..., 0] = 200                      # hidden red everywhere
+    rgba[:2, :, 3] = 255                    # top half opaque, bottom half fully transparent
+    Image.fromarray(rgba, "RGBA").save(tmp_path / "a.png")
+    out = np.asarray(read_rgb(tmp_path / "a.png"))
+    assert (out[:2] == [200, 0, 0]).all() and (out[2:] == 255).all()
+    palette = Image.fromarray(rgba, "RGBA").convert("P")
+    palette.info["transparency"] = palette.getpixel((0, 3))
+    palette.save(tmp_path / "p.png", transparency=palette.getpixel((0, 3)))
+    assert (np.asarray(read_rgb(tmp_path / "p.png"))[3] == 255).all()
+
+
+def test_a_truncated_file_is_named(tmp_path):
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(tmp_path / "ok.jpg")
+    data = (tmp_path / "ok.jpg").read_bytes()
+    (tmp_path / "cut.jpg").write_bytes(data[: len(data) // 3])
+    with pytest.raises(ValueError, match="cut.jpg"):
+        read_rgb(tmp_path / "cut.jpg")
+    (tmp_path / "fake.png").write_text("not an image")
+    with pytest.raises(ValueError, match="fake.png"):
+        read_rgb(tmp_path / "fake.png")
+
+
+def test_nested_subfolders_belong_to_their_top_level_class(tmp_path):
+    for rel in ("cat/a.png", "cat/deep/b.png", "dog/c.png", "dog/x/y/d.png"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (8, 8), (10, 20, 30)).save(tmp_path / rel)
+    found = image_set(str(tmp_path))
+    assert sorted(found.labels) == [0, 0, 1, 1]
+    Image.new("RGB", (8, 8)).save(tmp_path / "loose.png")  # one image outside any class folder
+    with pytest.warns(UserWarning, match="no labels"):
+        assert image_set(str(tmp_path)).labels is None
+
+
+@pytest.mark.parametrize("count", [0, -3, 2.5, "10", True])
+def test_impossible_counts_are_refused(count):
+    with pytest.raises((ValueError, TypeError), match="count"):
+        image_set("shapes", count=count)
+
+
+def test_a_count_above_what_exists_says_what_it_returns(tmp_path, capsys):
+    for i in range(3):
+        Image.new("RGB", (8, 8)).save(tmp_path / f"{i}.png")
+    assert len(image_set(str(tmp_path), count=10)) == 3
+    assert "10 images were asked for" in capsys.readouterr().out
+
+
+def test_tensors_are_wrapped_not_guessed(vit, images):
+    with pytest.raises(TypeError, match="tensor_set"):
+        image_set(images.tensor)
+    with pytest.raises(TypeError, match="ImageSet"):
+        cka_matrix(vit, images.tensor)
+    own = tensor_set(images.tensor, images.labels)
+    np.testing.assert_allclose(cka_matrix(vit, own, progress=False).values, cka_matrix(vit, images, progress=False).values)
+    with pytest.raises(ValueError, match="uint8"):
+        tensor_set(images.tensor.float())
+
+
+# ---------------------------------------------------------------- hooks
+
+
+def test_policies_on_outputs_without_a_cls_token(vit):
+    x = torch.randn(2, 3, 32, 32)
+    with pytest.raises(ValueError, match="no CLS token"):
+        with torch.no_grad(), Capture(vit, ["patch_embed"], policy="cls"):
+            vit(x)
+    with torch.no_grad(), Capture(vit, ["patch_embed", "blocks.0"], policy="spatial") as rec:
+        vit(x)
+        got = rec.take()
+        tokens = vit.patch_embed(x)
+    assert got["patch_embed"].shape == (2, 64 * 64)  # all 64 patch tokens: none dropped as if it were CLS
+    torch.testing.assert_close(got["patch_embed"], tokens.flatten(1))
+    assert got["blocks.0"].shape == (2, 64 * 64)     # the block output: CLS dropped
+
+
+def test_a_transform_returning_a_view_is_not_overwritten_later(resnet):
+    x = torch.randn(4, 3, 32, 32)
+    with torch.no_grad(), Capture(resnet, ["bn1"], transform=lambda rows: rows) as rec:  # bn1 -> in-place ReLU
+        resnet(x)
+        kept = rec.take()["bn1"]
+    assert (kept < 0).any()  # the ReLU that followed did not zero what was kept
+
+
+def test_layers_must_be_names(vit, images):
+    for bad in (vit.blocks[0], None, 3, [vit.blocks[0]], []):
+        with pytest.raises((TypeError, ValueError), match="layers"):
+            cka_matrix(vit, images, layers_a=bad, progress=False)
+
+
+# ---------------------------------------------------------------- loading
+
+
+@pytest.fixture
+def fake_zoo(tmp_path, monkeypatch):
+    monkeypatch.setattr(models, "MODELS_DIR", tmp_path)
+    return tmp_path, zoo.build("lite-vit")
+
+
+def test_lite_names_refuse_arguments_they_would_ignore():
+    with pytest.raises(ValueError, match="weights="):
+        models.load("lite-vit", weights="my.safetensors")
+    with pytest.raises(ValueError, match="num_classes"):
+        models.load("lite-vit", num_classes=3)
+
+
+def test_a_checkpoint_naming_another_model_is_refused(fake_zoo, tmp_path):
+    folder, model = fake_zoo
+    save_file(model.state_dict(), str(folder / "lite-vit.safetensors"), metadata={"name": "lite-vit-gap"})
+    with pytest.raises(ValueError, match="lite-vit-gap"):
+        models.load("lite-vit", device="cpu")
+    import timm
+    path = tmp_path / "w.safetensors"
+    save_file(timm.create_model("test_vit").state_dict(), str(path), metadata={"name": "resnet50"})
+    with pytest.raises(ValueError, match="resnet50"):
+        models.load("test_vit", weights=path, device="cpu")
+
+
+def test_non_finite_weights_are_refused(fake_zoo, tmp_path):
+    folder, model = fake_zoo
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    state["blocks.2.mlp.fc1.weight"][0, 0] = float("nan")
+    save_file(state, str(folder / "lite-vit.safetensors"), metadata={"name": "lite-vit"})
+    with pytest.raises(ValueError, match="NaN or inf.*blocks.2.mlp.fc1.weight"):
+        models.load("lite-vit", device="cpu")
+    import timm
+    state = timm.create_model("test_vit").state_dict()
+    state["head.weight"][0, 0] = float("inf")
+    save_file(state, str(tmp_path / "w.safetensors"))
+    with pytest.raises(ValueError, match="NaN or inf"):
+        models.load("test_vit", weights=tmp_path / "w.safetensors", device="cpu")
+
+
+def test_pickled_and_corrupt_files_get_the_courses_advice_not_torchs(tmp_path):
+    import timm
+    model = timm.create_model("test_vit")
+    torch.save(model, tmp_path / "whole_model.pth")  # a pickled module, not a state dict
+    (tmp_path / "cut.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":")
+    for path in (tmp_path / "whole_model.pth", tmp_path / "cut.safetensors"):
+        with pytest.raises(ValueError) as info:
+            models.load("test_vit", weights=path)
+        assert "state_dict" in str(info.value) and "weights_only=False" not in str(info.value)
+
+
+def test_a_misspelt_pretrained_tag_suggests_the_real_ones():
+    with pytest.raises(ValueError, match="resnet50.tv_in1k"):
+        models.load("resnet50.tv_in1")
+
+
+def test_a_new_classifier_head_is_announced():
+    with pytest.warns(UserWarning, match="randomly initialised classifier head"):
+        with pytest.raises(models.WeightsUnavailableError):  # offline in the tests: the warning comes first
+            models.load("resnet50.tv_in1k", num_classes=10)
+
+
+def test_hf_hub_offline_is_honoured(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert models.hub_reachable() is False
+
+
+def test_a_hub_that_answers_but_cannot_serve_ends_in_the_offline_message(monkeypatch):
+    import timm
+    monkeypatch.setattr(models, "weights_cached", lambda name: False)
+    monkeypatch.setattr(models, "hub_reachable", lambda timeout=3.0: True)
+
+    def failing_download(*args, **kwargs):
+        raise OSError("503 Service Unavailable")
+    monkeypatch.setattr(timm, "create_model", failing_download)
+    with pytest.raises(models.WeightsUnavailableError, match="lite track"):
+        models.load("resnet50.tv_in1k")
+
+
+def test_a_bad_course_device_is_explained(monkeypatch):
+    from helpers.course import pick_device
+    for value in ("gpu", "cuda:x"):
+        monkeypatch.setenv("COURSE_DEVICE", value)
+        with pytest.raises(ValueError, match="COURSE_DEVICE"):
+            pick_device()
+
+
+# ---------------------------------------------------------------- state and records
+
+
+def test_models_come_back_in_the_mode_they_came_in(vit, resnet, images):
+    vit.train()
+    vit.blocks[1].eval()  # a mixed state must come back exactly
+    before = [m.training for m in vit.modules()]
+    cka_matrix(vit, images, progress=False)
+    label_cka(vit, images)
+    attention.attention_maps(vit, torch.randn(2, 3, 32, 32))
+    head_groups_cka(vit, resnet, images, {"all": [0, 1, 2, 3]}, ["layer1.0"])
+    assert [m.training for m in vit.modules()] == before
+    vit.eval()
+
+
+def test_meta_records_what_ran_and_save_returns_the_path_written(vit, resnet, images, tmp_path):
+    result = cka_matrix(vit, images, "blocks", model_b=resnet, layers_b="layer*.?", amp=True, progress=False)
+    assert result.meta["amp"] is False and result.meta["amp_requested"] is True  # no autocast on the CPU
+    assert result.meta["resolved_layers_a"]["block0"] == "blocks.0"
+    assert list(result.meta["resolved_layers_b"]) == result.cols
+    written = result.save(tmp_path / "matrix")
+    assert written.exists() and written.name == "matrix.npz"
+    assert CKAMatrix.load(written).cols == result.cols
+
+
+# ---------------------------------------------------------------- clear errors
+
+
+@pytest.mark.parametrize("batch_size", [2, 3, 4.0, "64", None])
+def test_batch_size_must_be_an_int_of_at_least_4(vit, images, batch_size):
+    with pytest.raises((ValueError, TypeError), match="batch_size"):
+        cka_matrix(vit, images, batch_size=batch_size, progress=False)
+
+
+def test_foreign_or_corrupt_matrix_files(tmp_path):
+    np.save(tmp_path / "a.npy", np.array([{"x": 1}], dtype=object), allow_pickle=True)
+    np.savez(tmp_path / "other.npz", weights=np.eye(3))
+    (tmp_path / "junk.npz").write_bytes(b"PK\x03\x04 broken")
+    for name in ("a.npy", "other.npz", "junk.npz"):
+        with pytest.raises(ValueError, match="CKA matrix") as info:
+            CKAMatrix.load(tmp_path / name)
+        assert "allow_pickle" not in str(info.value)
+
+
+def test_unknown_cell_names_suggest_close_matches():
+    matrix = CKAMatrix(np.eye(2), ["block0", "block1"], ["layer1.0", "layer2.0"])
+    with pytest.raises(KeyError, match="block1"):
+        matrix.cell("blok1", "layer1.0")
+
+
+def test_attention_helpers_refuse_cnns_and_unbatched_images(vit, resnet):
+    with pytest.raises(ValueError, match="timm ViTs"):
+        attention.attention_of_heads(resnet, torch.randn(2, 3, 32, 32), 0)
+    with pytest.raises(ValueError, match=r"images\[None\]"):
+        attention.attention_maps(vit, torch.randn(3, 32, 32))
+
+
+def test_class_labels_as_strings_or_too_few(vit, images):
+    names = [f"class {label}" for label in images.labels]
+    as_strings = label_cka(vit, ImageSet("named", len(images), images.get, names, images.tensor))
+    np.testing.assert_allclose(as_strings.values, label_cka(vit, images).values, atol=1e-12)
+    with pytest.raises(ValueError, match="one class label per image"):
+        label_cka(vit, ImageSet("short", len(images), images.get, images.labels[:10], images.tensor))
+    with pytest.raises(ValueError, match="at least two classes"):
+        label_cka(vit, ImageSet("one", len(images), images.get, [0] * len(images), images.tensor))
+
+
+def test_a_policy_that_fits_model_a_but_not_model_b_is_named(vit, resnet, images):
+    with pytest.raises(ValueError, match="policy_b='cls'"):
+        cka_matrix(vit, images, model_b=resnet, policy_a="cls", progress=False)
