@@ -53,14 +53,16 @@ def test_synthetic_model_peaks_exactly_at_its_own_patch():
 
 def test_maps_match_linear_cka_entry_by_entry():
     g = torch.Generator().manual_seed(1)
-    X, Y = torch.randn(50, 3, 5, generator=g), torch.randn(50, 4, 7, generator=g)
-    Y[:, 2] += X[:, 1] @ torch.randn(5, 7, generator=g)
+    X, Y = torch.randn(50, 3, 5, generator=g, dtype=torch.float64), torch.randn(50, 4, 7, generator=g, dtype=torch.float64)
+    Y[:, 2] += X[:, 1] @ torch.randn(5, 7, generator=g, dtype=torch.float64)
     for debiased in (False, True):
         maps = localization.localization_maps(X, Y, debiased=debiased, chunk=2)
         expected = [[cka.linear_cka(X[:, t], Y[:, q], debiased=debiased) for q in range(4)] for t in range(3)]
         np.testing.assert_allclose(maps.numpy(), np.array(expected), atol=1e-10)
         grams = localization.localization_maps(X, Y, debiased=debiased, chunk=2, form="grams")
         np.testing.assert_allclose(grams.numpy(), np.array(expected), atol=1e-10)
+        fast = localization.localization_maps(X.float(), Y.float(), debiased=debiased)  # float32 products
+        np.testing.assert_allclose(fast.numpy(), np.array(expected), atol=1e-5)
 
 
 def test_cnn_tokens_are_channels_at_one_position_and_pool():
