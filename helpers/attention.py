@@ -90,6 +90,11 @@ def mean_attention_distance(attn: torch.Tensor, patch_size: int, num_prefix_toke
     query's attention is renormalised over the patch keys, so a head that mostly attends to CLS
     is judged by where the rest of its attention goes. Returns (heads,) float64.
     """
+    if not isinstance(attn, torch.Tensor) or attn.ndim != 4 or attn.shape[-1] != attn.shape[-2]:
+        raise ValueError(f"attn must be (B, heads, N, N) attention probabilities (one entry of attention_maps(...)), got "
+                         f"{tuple(attn.shape) if isinstance(attn, torch.Tensor) else type(attn).__name__}.")
+    if (attn < 0).any() or not torch.isfinite(attn).all():
+        raise ValueError("attn holds negative or non-finite values: give softmax probabilities, not attention logits.")
     patches = attn[:, :, num_prefix_tokens:, num_prefix_tokens:].double()
     grid = int(round(patches.shape[-1] ** 0.5))
     if grid * grid != patches.shape[-1]:
@@ -119,7 +124,11 @@ def attention_distance_table(model, images, batch_size: int = 64, device=None):
     """
     from helpers.data import batches  # here, not at the top: helpers.data imports timm, this module need not
 
+    from helpers.guards import check_images, check_int
+
     _check_vit(model)
+    check_images(images)
+    batch_size = check_int(batch_size, "batch_size", 1)
     patch, prefix = _patch_size(model), model.num_prefix_tokens
     total, count = None, 0
     for x in batches(images, model, batch_size, device):

@@ -278,6 +278,9 @@ def regress_out(features: torch.Tensor, covariates: torch.Tensor) -> torch.Tenso
     """
     features = torch.as_tensor(features, dtype=torch.float64)
     design = _design(covariates, len(features), features.device)
+    if not (torch.isfinite(features).all() and torch.isfinite(design).all()):
+        raise ValueError("regress_out: the features or the covariates contain NaN or inf; every output row would be wrong. "
+                         "Remove those examples first.")
     return features - design @ (torch.linalg.pinv(design) @ features)  # pinv: safe for collinear covariates
 
 
@@ -295,11 +298,12 @@ def gram_without(gram: torch.Tensor, covariates: torch.Tensor) -> torch.Tensor:
 
 def remove_class_means(features: torch.Tensor, labels) -> torch.Tensor:
     """(N, p) features minus the mean of each example's class (float64): what varies *within* the classes."""
-    labels = torch.as_tensor(labels)
-    if len(labels) != len(features):
-        raise ValueError(f"{len(features)} feature rows but {len(labels)} labels: give one label per image.")
-    _, classes = torch.unique(labels, return_inverse=True)  # 0..K-1 for the K classes present
-    return regress_out(features, torch.nn.functional.one_hot(classes)[:, 1:])  # the first class is the constant
+    labels = np.asarray(labels.cpu() if isinstance(labels, torch.Tensor) else list(labels))
+    if labels.ndim != 1 or len(labels) != len(features):
+        raise ValueError(f"{len(features)} feature rows but {labels.size} labels: give one label per image.")
+    _, classes = np.unique(labels, return_inverse=True)  # 0..K-1 for the K classes present (ints or names)
+    one_hot = torch.nn.functional.one_hot(torch.as_tensor(classes.reshape(-1), dtype=torch.int64))
+    return regress_out(features, one_hot[:, 1:])  # the first class is the constant
 
 
 def within_class_cka(model_a, model_b, images: ImageSet, layers_a="blocks", layers_b="blocks",
@@ -320,7 +324,9 @@ def within_class_cka(model_a, model_b, images: ImageSet, layers_a="blocks", laye
     features_a = {k: remove_class_means(v, labels) for k, v in pooled_features(model_a, images, layers_a, policy_a, batch_size).items()}
     features_b = {k: remove_class_means(v, labels) for k, v in pooled_features(model_b, images, layers_b, policy_b, batch_size).items()}
     accumulator = MinibatchCKA(list(features_a), list(features_b))
-    for begin in range(0, len(images) - 3, batch_size):  # a last batch of 1-3 images cannot be used
+    if len(images) % batch_size and len(images) % batch_size < 4:  # a last batch of 1-3 images cannot be used
+        print(f"Note: the last {len(images) % batch_size} image(s) were skipped (a batch needs at least 4).")
+    for begin in range(0, len(images) - 3, batch_size):
         stop = begin + batch_size
         accumulator.update([f[begin:stop] for f in features_a.values()], [f[begin:stop] for f in features_b.values()])
     info = {"layers_a": str(layers_a), "layers_b": str(layers_b), "policy_a": policy_a, "policy_b": policy_b,

@@ -202,6 +202,9 @@ def preprocess_for(model):
 
     def preprocess(image):
         if isinstance(image, torch.Tensor):
+            if image.dtype != torch.uint8:  # a float tensor may already be scaled or normalised: never guess
+                raise ValueError(f"Image tensors must be uint8 (0-255), got {image.dtype}. Convert floats in [0, 1] with "
+                                 "(x * 255).round().to(torch.uint8), or give PIL images.")
             if tuple(image.shape[-2:]) != tuple(config["input_size"][-2:]):
                 raise ValueError(f"Image of size {tuple(image.shape[-2:])} but the model expects {config['input_size'][-2:]}. "
                                  "Use the model's own image set (lite models take 'shapes').")

@@ -310,4 +310,8 @@ def load(name: str, weights=None, pretrained: bool = True, device=None, **timm_k
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
         raise ValueError(f"Unknown model '{name}'.{hint} Lite models: {', '.join(zoo.ZOO)}; "
                          "any timm name works on the full track (timm.list_models()).")
-    return model.eval().to(device if device is not None else pick_device())
+    try:
+        device = torch.device(device) if device is not None else pick_device()
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device={device!r} is not a device: use 'cpu' or 'cuda' (or leave it out).") from None
+    return model.eval().to(device)

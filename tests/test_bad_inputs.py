@@ -295,3 +295,25 @@ def test_class_labels_as_strings_or_too_few(vit, images):
 def test_a_policy_that_fits_model_a_but_not_model_b_is_named(vit, resnet, images):
     with pytest.raises(ValueError, match="policy_b='cls'"):
         cka_matrix(vit, images, model_b=resnet, policy_a="cls", progress=False)
+
+
+def test_float_image_tensors_are_not_guessed_at(vit):
+    from helpers.data import preprocess_for
+    with pytest.raises(ValueError, match="uint8"):
+        preprocess_for(vit)(torch.rand(3, 32, 32))
+
+
+def test_helpers_for_covariates_and_classes_refuse_or_accept_clearly():
+    from helpers.compare import regress_out, remove_class_means
+    x = torch.randn(12, 3, dtype=torch.float64)
+    names = ["cat", "dog", "owl"] * 4
+    np.testing.assert_allclose(remove_class_means(x, names), remove_class_means(x, [0, 1, 2] * 4))
+    with pytest.raises(ValueError, match="NaN"):
+        regress_out(x, torch.tensor([float("nan")] + [0.0] * 11))
+    with pytest.raises(ValueError, match="probabilities"):
+        attention.mean_attention_distance(torch.randn(1, 2, 65, 65), 4, 1)
+
+
+def test_a_bad_device_argument_is_explained():
+    with pytest.raises(ValueError, match="device="):
+        models.load("lite-vit", device="gpu")
