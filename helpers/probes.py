@@ -86,10 +86,11 @@ def ridge_probe(train_X, train_y, val_X, val_y, test_X, test_y, lambdas=LAMBDAS,
     scale = (s ** 2).mean(1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)  # (R, 1)
     shrink = s[:, None] / (s[:, None] ** 2 + lambdas[None, :, None] * scale[:, None])  # (R, L, k)
 
+    W = Vh.transpose(1, 2)[:, None] @ (shrink[..., None] * UtT[:, None])  # (R, L, p, C): every lambda's weights
+
     def accuracy(X, y):
         """(R, m, p) -> (R, L) accuracy of every lambda's probe."""
-        projected = (X - mean_x) @ Vh.transpose(1, 2)                      # (R, m, k)
-        scores = torch.einsum("rmk,rlk,rkc->rlmc", projected, shrink, UtT)  # (R, L, m, C)
+        scores = (X - mean_x)[:, None] @ W                                  # (R, L, m, C)
         return (scores.argmax(-1) == y).double().mean(-1)
 
     val, test = accuracy(Xva, yva), accuracy(Xte, yte)
