@@ -207,6 +207,9 @@ class Capture:
     def _record(self, tap: Tap, value):
         if isinstance(value, (tuple, list)):
             value = value[0]
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"Module '{tap.module}' gave a {type(value).__name__}, not a tensor, so it cannot be recorded. "
+                            "Record one of its submodules instead (see dict(model.named_modules())).")
         self._counts[tap.label] = self._counts.get(tap.label, 0) + 1
         if self._counts[tap.label] > 1 and self.on_repeat == "error":
             raise RuntimeError(f"Module '{tap.module}' ran {self._counts[tap.label]} times in one forward pass "

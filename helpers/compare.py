@@ -26,7 +26,7 @@ from helpers.attention import attention_of_heads
 from helpers.capture import Capture
 from helpers.data import ImageSet, batches
 from helpers.guards import check_batch_size, check_images, check_int, check_model, evaluating
-from helpers.minibatch_cka import CKAMatrix, MinibatchCKA, centered_gram, check_finite_grams
+from helpers.minibatch_cka import CKAMatrix, MinibatchCKA, centered_gram
 
 
 def _gram_of_rows(rows: torch.Tensor) -> torch.Tensor:
@@ -35,11 +35,8 @@ def _gram_of_rows(rows: torch.Tensor) -> torch.Tensor:
 
 
 def _stacked_grams(capture: Capture) -> torch.Tensor:
-    """The Grams recorded in the last forward pass as (L, B, B), checked for NaN/inf."""
-    grams = capture.take()
-    stacked = torch.stack(list(grams.values()))
-    check_finite_grams(stacked, list(grams))
-    return stacked
+    """The Grams recorded in the last forward pass as (L, B, B) (the accumulator checks them for NaN/inf)."""
+    return torch.stack(list(capture.take().values()))
 
 
 def _model(model, name: str) -> torch.nn.Module:
@@ -231,6 +228,7 @@ def label_cka(model, images: ImageSet, layers="blocks", policy: str = "all", bat
             accumulator.update_grams(_stacked_grams(capture), label_gram)
             seen += len(x)
     info = {"model_a": type(model).__name__, "model_b": "class labels", "layers_a": str(layers), "policy_a": policy,
+            "resolved_layers_a": _resolved(capture),
             "images": images.name, "batch_size": batch_size, "seconds": round(time.time() - start, 2)}
     return accumulator.result(info)
 
@@ -329,7 +327,7 @@ def within_class_cka(model_a, model_b, images: ImageSet, layers_a="blocks", laye
     for begin in range(0, len(images) - 3, batch_size):
         stop = begin + batch_size
         accumulator.update([f[begin:stop] for f in features_a.values()], [f[begin:stop] for f in features_b.values()])
-    info = {"layers_a": str(layers_a), "layers_b": str(layers_b), "policy_a": policy_a, "policy_b": policy_b,
-            "class_means_removed": True, "images": images.name, "batch_size": batch_size,
+    info = {"model_a": _label(model_a), "model_b": _label(model_b), "layers_a": str(layers_a), "layers_b": str(layers_b),
+            "policy_a": policy_a, "policy_b": policy_b, "class_means_removed": True, "images": images.name, "batch_size": batch_size,
             "seconds": round(time.time() - start, 2)}
     return accumulator.result(info)

@@ -11,9 +11,11 @@ Preprocessing always comes from the model's own pretrained config (timm's resolv
 resize, crop and mean/std exactly as the model was trained, never constants copied by hand.
 
 Image files are read as 8-bit RGB the same way whatever they hold: 16-bit grey images are
-scaled (not clipped) to 8 bits, palette images are expanded, and transparent pixels are laid
-over white (what an image viewer shows) instead of revealing whatever colour they hide.
-A file that cannot be read raises an error that names it.
+scaled (not clipped) to 8 bits, palette images are expanded, transparent pixels are laid over
+white (what an image viewer shows) instead of revealing whatever colour they hide, and photos
+are turned upright by their EXIF orientation. Hidden files and folders (".DS_Store",
+"._photo.jpg", ".ipynb_checkpoints") are ignored. A file that cannot be read raises an error
+that names it.
 """
 
 from __future__ import annotations
@@ -117,11 +119,12 @@ def _torchvision_set(name: str, count: int | None, download: bool) -> ImageSet:
 
 def read_rgb(path) -> "PIL.Image.Image":
     """An image file as 8-bit RGB (see the module docstring); an unreadable file raises naming it."""
-    from PIL import Image
+    from PIL import Image, ImageOps
 
     try:
-        with Image.open(path) as image:
-            image.load()  # decode now: a truncated file fails here, not deep inside a transform
+        with Image.open(path) as opened:
+            opened.load()  # decode now: a truncated file fails here, not deep inside a transform
+            image = ImageOps.exif_transpose(opened)  # a phone photo's EXIF orientation: upright, as viewers show it
             if image.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):  # 16-bit grey: scale, do not clip at 255
                 grey = np.clip(np.asarray(image, dtype=np.float64) / 257.0, 0, 255).round().astype(np.uint8)
                 return Image.fromarray(grey).convert("RGB")
@@ -149,7 +152,8 @@ def _folder_set(folder: Path, count) -> ImageSet:
     """
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder} is not a folder. Give a folder of images, or one of 'shapes', 'imagenette', 'cifar10'.")
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS)
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS
+                   and not any(part.startswith(".") for part in p.relative_to(folder).parts))
     if not files:
         raise ValueError(f"No images found in {folder} (looked for {', '.join(IMAGE_EXTENSIONS)} files, in subfolders too).")
     # the class of a file is its top-level subfolder, from every file, so that a label does not depend on `count`

@@ -317,3 +317,34 @@ def test_helpers_for_covariates_and_classes_refuse_or_accept_clearly():
 def test_a_bad_device_argument_is_explained():
     with pytest.raises(ValueError, match="device="):
         models.load("lite-vit", device="gpu")
+
+
+def test_photos_are_upright_and_hidden_files_ignored(tmp_path):
+    wide = Image.new("RGB", (40, 20), (200, 10, 10))
+    exif = wide.getexif()
+    exif[0x0112] = 6  # EXIF orientation: "rotate 90 degrees to view"
+    wide.save(tmp_path / "phone.jpg", exif=exif)
+    assert read_rgb(tmp_path / "phone.jpg").size == (20, 40)
+    (tmp_path / "._phone.jpg").write_bytes(b"\x00\x05\x16\x07 AppleDouble")  # macOS metadata, not an image
+    (tmp_path / ".ipynb_checkpoints").mkdir()
+    wide.save(tmp_path / ".ipynb_checkpoints" / "copy.jpg")
+    assert len(image_set(str(tmp_path))) == 1
+
+
+def test_a_module_whose_output_is_not_a_tensor_is_explained():
+    class Dicty(torch.nn.Module):
+        def forward(self, x):
+            return {"out": x}
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Dicty()
+
+        def forward(self, x):
+            return self.inner(x)["out"]
+
+    model = Wrapper()
+    with pytest.raises(TypeError, match="not a tensor"):
+        with Capture(model, ["inner"]):
+            model(torch.randn(2, 3))
