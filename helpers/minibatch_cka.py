@@ -133,12 +133,13 @@ def flatten_examples(features: torch.Tensor, name: str) -> torch.Tensor:
     return X
 
 
-def check_finite_grams(grams: torch.Tensor, names) -> None:
-    """A NaN or inf anywhere in a layer's features makes its Gram non-finite: one cheap (m x m) check per layer."""
-    bad = ~torch.isfinite(grams.reshape(len(grams), -1)).all(1)
+def check_finite(self_terms: torch.Tensor, names, which: str = "") -> None:
+    """A NaN or inf anywhere in a layer's features makes its Gram, and so its self term <U(K), U(K)>,
+    non-finite: checking the (L,) self terms finds every such layer at no extra cost."""
+    bad = ~torch.isfinite(self_terms)
     if bad.any():
         layers = [n for n, b in zip(names, bad.tolist()) if b]
-        raise ValueError(f"Layer(s) {layers} produced NaN or inf values in this batch. "
+        raise ValueError(f"{which}Layer(s) {layers} produced NaN or inf values in this batch. "
                          "Check the model and its inputs (e.g. a mixed-precision overflow).")
 
 
@@ -147,9 +148,11 @@ def centered_gram(X: torch.Tensor) -> torch.Tensor:
 
     Centering first is what keeps float32 exact enough: HSIC_1 ignores a shared offset in
     exact arithmetic, but with a large offset (say mean 50) the Gram's entries are huge and
-    the U-centering cancels away every significant digit. The mean is taken in float64.
+    the U-centering cancels away every significant digit. The mean need not be exact: the
+    U-centering that follows (in float64) removes any offset that is left, so the float32
+    mean (about 1e-7 of the offset off) is enough, and 15 times cheaper than a float64 one.
     """
-    Xc = X - X.mean(0, dtype=torch.float64).to(X.dtype)
+    Xc = X - X.mean(0)
     return Xc @ Xc.T
 
 
@@ -220,9 +223,7 @@ class MinibatchCKA:
         if len(sizes) > 1:
             raise ValueError(f"{which}: layers have different numbers of examples in this batch ({sorted(sizes)}). Every layer must see the same images.")
         dtype = torch.promote_types(rows[0].dtype, torch.float32)
-        grams = torch.stack([centered_gram(r.to(dtype)) for r in rows])
-        check_finite_grams(grams, names)
-        return grams
+        return torch.stack([centered_gram(r.to(dtype)) for r in rows])
 
     def update(self, features_a, features_b=None) -> None:
         """Add one minibatch.
@@ -266,6 +267,9 @@ class MinibatchCKA:
         else:
             self_a = (G_a * G_a).sum(1)
             self_b = (G_b * G_b).sum(1)
+        check_finite(self_a, self.names_a, "" if self.within else "Model A: ")
+        if not self.within:
+            check_finite(self_b, self.names_b, "Model B: ")
         self._add(cross, self_a, self_b, m, 1)
 
     def _add(self, cross, self_a, self_b, n_examples, n_batches):
