@@ -7,8 +7,9 @@
 Layers can be given as
   - a preset: "blocks" (one representation per block) or "sublayers" (the paper's choice: per ViT
     block norm1, attention output, residual stream after attention, norm2, MLP hidden activation,
-    block output; per CNN the stem and every residual block), for timm ViTs, ResNets, ResNetV2
-    (BiT) and EfficientNets;
+    block output; per Mixer block the same without the transposed token-mixing output; per CNN
+    the stem and every residual block), for timm ViTs, MLP-Mixers, ResNets, ResNetV2 (BiT) and
+    EfficientNets;
   - exact module names ("blocks.3.attn"), with ":input" to record a module's input instead of its
     output ("blocks.3.norm2:input" is the residual stream after attention);
   - glob patterns ("layer*.?", "blocks.*.mlp.act").
@@ -57,6 +58,29 @@ def _vit_taps(model, preset):
     return taps
 
 
+def _mixer_taps(model, preset):
+    """MLP-Mixer blocks: x = x + mlp_tokens(norm1(x)^T)^T, then x = x + mlp_channels(norm2(x)).
+
+    The token-mixing MLP works on the transposed (B, D, N) tensor, so its own output is not one row
+    per token; the stream after token mixing (the input of norm2) stands for it, as "resid" does for
+    a ViT's attention.
+    """
+    taps = []
+    for i in range(len(model.blocks)):
+        b = f"blocks.{i}"
+        if preset == "blocks":
+            taps.append(Tap(f"block{i}", b))
+        else:
+            taps += [Tap(f"b{i}.norm1", f"{b}.norm1"), Tap(f"b{i}.resid", f"{b}.norm2", "input"),
+                     Tap(f"b{i}.norm2", f"{b}.norm2"), Tap(f"b{i}.mlp", f"{b}.mlp_channels.act"), Tap(f"b{i}.out", b)]
+    return taps
+
+
+def is_mixer(model) -> bool:
+    blocks = getattr(model, "blocks", None)
+    return hasattr(model, "stem") and blocks is not None and len(blocks) > 0 and hasattr(blocks[0], "mlp_tokens")
+
+
 def _cnn_taps(model, preset):
     names = dict(model.named_modules())
     if "layer1" in names:  # timm / torchvision ResNet: layer{s}.{j}
@@ -94,7 +118,12 @@ def resolve(model, layers) -> list:
     _check_layers_type(layers)
     names = [n for n, _ in model.named_modules() if n]
     if isinstance(layers, str) and layers in ("blocks", "sublayers"):
-        taps = _vit_taps(model, layers) if hasattr(model, "blocks") and hasattr(model, "patch_embed") else _cnn_taps(model, layers)
+        if hasattr(model, "blocks") and hasattr(model, "patch_embed"):
+            taps = _vit_taps(model, layers)
+        elif is_mixer(model):
+            taps = _mixer_taps(model, layers)
+        else:
+            taps = _cnn_taps(model, layers)
         if taps is None:
             raise ValueError(f"No '{layers}' preset for {type(model).__name__}: give module names or glob patterns "
                              f"instead, e.g. {names[:3]} (see [n for n, _ in model.named_modules()]).")
@@ -196,7 +225,8 @@ class Capture:
         if policy == "cls" and self.num_prefix_tokens == 0:
             raise ValueError(f"Token policy 'cls' needs a CLS (prefix) token, but {type(model).__name__} has none "
                              "(a CNN, a Mixer or a global-average-pool ViT): use 'all', 'spatial' or 'mean' for it.")
-        num_patches = getattr(getattr(model, "patch_embed", None), "num_patches", None)
+        embed = getattr(model, "patch_embed", None) or (model.stem if is_mixer(model) else None)
+        num_patches = getattr(embed, "num_patches", None)
         self.num_patches = int(num_patches) if isinstance(num_patches, int) else None
         self._store, self._counts, self._handles = {}, {}, []
 
