@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from helpers.cka import check_enough_for_unbiased
+from helpers.guards import evaluating
 
 KINDS = ("corner", "edge", "interior")
 
@@ -116,7 +117,6 @@ def capture_tokens(model, images, layers, batch_size: int = 256, pool_to=None, d
     Memory: n * N * D * 4 bytes per layer, kept on the CPU.
     """
     layers = _check_layers(model, layers)
-    model.eval()
     device = device or next(iter(model.parameters()), torch.empty(0)).device  # a model without weights: CPU
     prefix = int(getattr(model, "num_prefix_tokens", 0))
     modules = dict(model.named_modules())
@@ -130,7 +130,7 @@ def capture_tokens(model, images, layers, batch_size: int = 256, pool_to=None, d
 
     handles = [modules[layer].register_forward_hook(hook(layer)) for layer in layers]
     try:
-        with torch.no_grad():
+        with torch.no_grad(), evaluating(model):  # eval mode inside; the caller's mode comes back after
             for x in _batches(model, images, batch_size, device):
                 current.clear()
                 model(x)

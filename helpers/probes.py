@@ -44,7 +44,11 @@ def _features(X, name: str) -> torch.Tensor:
 
 
 def _labels(y, n: int, name: str) -> torch.Tensor:
-    y = torch.as_tensor(np.asarray(y))
+    array = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y)
+    if array.dtype.kind not in "iu":
+        raise ValueError(f"{name} must hold integer class labels (indices 0..C-1), got {array.dtype} values. For class names, "
+                         "map them once for all splits: names, y = np.unique(all_labels, return_inverse=True).")
+    y = torch.as_tensor(array)
     if y.ndim != 1 or y.dtype.is_floating_point or y.dtype == torch.bool:
         raise ValueError(f"{name} must be a 1-D array of integer class labels; got {y.dtype} of shape {tuple(y.shape)}.")
     if len(y) != n:

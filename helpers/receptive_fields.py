@@ -177,8 +177,12 @@ def receptive_fields(model, images: torch.Tensor, layers="post", channels="sum",
     generator = torch.Generator().manual_seed(seed)
     if reduce not in ("abs", "relu"):
         raise ValueError(f"reduce must be 'abs' or 'relu', got {reduce!r}.")
-    if not isinstance(images, torch.Tensor) or images.ndim != 4:
-        raise ValueError("images must be a (B, C, H, W) tensor of preprocessed inputs (helpers.data.batches).")
+    if not isinstance(images, torch.Tensor) or images.ndim != 4 or not images.is_floating_point():
+        raise ValueError("images must be a (B, C, H, W) float tensor of preprocessed inputs (helpers.data.batches); "
+                         f"got {tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__}"
+                         f"{' ' + str(images.dtype) if isinstance(images, torch.Tensor) else ''}.")
+    if not torch.isfinite(images).all():
+        raise ValueError("images contain NaN or inf values: every gradient would be NaN. Check the preprocessing.")
     if len(images) > max_images:
         raise ValueError(f"{len(images)} images given; receptive fields use at most {max_images} (the paper: 32). "
                          f"Pass images[:{max_images}], or raise max_images.")
@@ -233,6 +237,9 @@ def receptive_fields(model, images: torch.Tensor, layers="post", channels="sum",
                 total = total + _reduce(_input_grad(value[rows, order[:, j]].sum(), x, True), reduce)
             maps[t.label] = total / min(channels, value.shape[1])
         centres[t.label] = _pixel_centre(*grids[t.label], height, width)
+        if not np.isfinite(np.asarray(maps[t.label])).all():
+            raise ValueError(f"The receptive field of '{t.label}' is NaN or inf: the model produced non-finite values "
+                             "or gradients for these images (check its weights and the inputs).")
     return ReceptiveFields(maps, centres, len(images), channels, reduce,
                            meta=dict(layers=[(t.label, t.module, t.where) for t in wanted]))
 

@@ -127,6 +127,9 @@ def vit_norm_ratios(model, images) -> NormRatios:
                 for branch in ("attn", "mlp"):
                     for i in range(len(model.blocks)):
                         z, f = rec.norms[(branch, "z", i)], rec.norms[(branch, "f", i)]
+                        if not (torch.isfinite(z).all() and not torch.isnan(f).any()):
+                            raise ValueError(f"blocks.{i} ({branch}) produced NaN or inf values for these images: no ratio "
+                                             "can be computed. Check the model's weights and the inputs.")
                         for what, value in (("ratio", z / f), ("z", z), ("f", f)):
                             key = (branch, what, i)
                             sums[key] = sums.get(key, 0) + value.sum(0)

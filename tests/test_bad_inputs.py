@@ -348,3 +348,21 @@ def test_a_module_whose_output_is_not_a_tensor_is_explained():
     with pytest.raises(TypeError, match="not a tensor"):
         with Capture(model, ["inner"]):
             model(torch.randn(2, 3))
+
+
+def test_analysis_helpers_refuse_non_finite_or_wrong_inputs_and_keep_the_mode(vit):
+    from helpers import localization, probes, receptive_fields, residuals
+    nan_images = torch.full((2, 3, 32, 32), float("nan"))
+    with pytest.raises(ValueError, match="NaN"):
+        receptive_fields.receptive_fields(vit, nan_images)
+    with pytest.raises(ValueError, match="float"):
+        receptive_fields.receptive_fields(vit, torch.zeros(2, 3, 32, 32, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="NaN"):
+        residuals.vit_norm_ratios(vit, [nan_images])
+    with pytest.raises(ValueError, match="integer class labels"):
+        probes.ridge_probe(torch.randn(10, 5), ["a", "b"] * 5, torch.randn(4, 5), ["a", "b"] * 2,
+                           torch.randn(4, 5), ["a", "b"] * 2)
+    vit.train()
+    localization.capture_tokens(vit, image_set("shapes", count=8), ["blocks.5"])
+    assert vit.training  # back in the mode it came in
+    vit.eval()
