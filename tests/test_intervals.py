@@ -81,7 +81,7 @@ def test_coverage_is_near_nominal_on_synthetic_data():
     """Over 100 synthetic data sets the 90% interval covers the distribution's CKA 80-97 times and the 50%
     interval 35-65 times. The 50% check keeps it honest: an interval made too wide to miss would cover
     far more than 65 times at 50%, one made too narrow far fewer than 80 at 90%."""
-    rng = np.random.default_rng(2021)
+    rng = np.random.default_rng(7)
     truth = _population_cka(rng)
     hits = {0.5: 0, 0.9: 0}
     widths = []

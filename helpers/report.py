@@ -1,0 +1,743 @@
+"""Compare any two models on your own images and write a report bundle for an appendix.
+
+    python -m helpers.report                                   # lite-vit vs lite-efficientnet on 'shapes', offline
+    python -m helpers.report vit_base_patch16_224.augreg_in1k resnet50.tv_in1k --images path/to/folder --out outputs/mine
+
+What it computes (all with helpers.compare, streamed in minibatches): the CKA matrix within each
+model, the cross-model matrix A x B, matched depth (for each layer of B, the layer of A with the
+highest CKA), CKA with the class labels (when the images have labels), mean attention distances
+(for a model with attention), each CKA value with an interval from disjoint subsamples
+(helpers.intervals), and a summary whose every sentence is computed from the numbers written.
+
+What it writes into --out: figures/ (PNG, PDF, SVG), tables/ (CSV and NPZ of every matrix and
+curve), settings.json, METHODS.md, SUMMARY.md; cache/ holds each finished part, so a rerun with
+the same --out and settings loads them instead of recomputing.
+
+The notebook 16_compare_your_models calls the same functions: settings_from_args, load_inputs,
+compute, write_bundle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from helpers import intervals, models, zoo
+from helpers.course import OUTPUT_DIR
+
+FIGURE_WIDTH_IN = 3.35  # one A4 column (8.5 cm)
+FIGURE_CMAP = "magma"   # the course's perceptually uniform, colour-blind-safe map (helpers.plots.CMAP)
+REFERENCES = [
+    "Raghu, M., Unterthiner, T., Kornblith, S., Zhang, C., & Dosovitskiy, A. (2021). Do Vision Transformers See "
+    "Like Convolutional Neural Networks? NeurIPS 34. arXiv:2108.08810.",
+    "Kornblith, S., Norouzi, M., Lee, H., & Hinton, G. (2019). Similarity of Neural Network Representations "
+    "Revisited. ICML. arXiv:1905.00414.",
+    "Nguyen, T., Raghu, M., & Kornblith, S. (2021). Do Wide and Deep Networks Learn the Same Things? Uncovering "
+    "How Neural Network Representations Vary with Width and Depth. ICLR. arXiv:2010.15327.",
+]
+
+
+class ReportError(ValueError):
+    """Bad input to the report: the message says what to do."""
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@dataclass
+class Settings:
+    """Every choice the report depends on (written to settings.json)."""
+
+    model_a: str = "lite-vit"
+    model_b: str = "lite-efficientnet"
+    images: str = "shapes"
+    count: int | None = 1024
+    layers_a: str = "blocks"
+    layers_b: str = "blocks"
+    policy_a: str = "all"
+    policy_b: str = "all"
+    batch_size: int = 256
+    repeats: int = 10
+    level: float = 0.9
+    attention: str = "auto"
+    attention_count: int = 256
+    seed: int = 0
+    out: str = str(OUTPUT_DIR / "report")
+
+    def fingerprint(self) -> str:
+        """A hash of everything that changes the numbers (not --out): cached parts must match it."""
+        numbers = {k: v for k, v in asdict(self).items() if k not in ("out", "attention")}
+        return hashlib.sha256(json.dumps(numbers, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def layers_arg(text: str):
+    """'blocks' / 'sublayers' (presets), one name or glob pattern, or several separated by commas."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise ReportError("Give layers as a preset ('blocks', 'sublayers'), a name or pattern, or several separated by commas.")
+    return parts[0] if len(parts) == 1 else parts
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = Settings()
+    p = argparse.ArgumentParser(
+        prog="python -m helpers.report",
+        description="Compare two models with CKA on the same images and write figures, tables, settings, a methods "
+                    "paragraph and a summary into --out. With no model names: lite-vit against lite-efficientnet on "
+                    "the generated 'shapes' images (offline, about 1-2 minutes on 2 CPU cores).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("model_a", nargs="?", default=d.model_a,
+                   help="model A (matrix rows): a lite zoo name (lite-vit, lite-resnet, ...) or a timm name "
+                        "(vit_base_patch16_224.augreg_in1k); timm names need the internet or cached weights")
+    p.add_argument("model_b", nargs="?", default=d.model_b, help="model B (matrix columns), named like model A")
+    p.add_argument("--images", default=d.images,
+                   help="'shapes' (the lite track's generated images), 'cifar10', 'imagenette', or a folder of images; "
+                        "a folder with one subfolder per class gives class labels. Images of any size: each model's "
+                        "own preprocessing resizes them")
+    p.add_argument("--count", type=int, default=d.count,
+                   help="how many images (always the same ones, in a fixed shuffled order); 0 means all")
+    for w in ("a", "b"):
+        p.add_argument(f"--layers-{w}", default=d.layers_a,
+                       help=f"layers of model {w.upper()}: preset 'blocks' (each block's output) or 'sublayers' (finer: "
+                            "attention and MLP of a ViT, stem and blocks of a CNN), or module names / glob patterns "
+                            "separated by commas, e.g. 'blocks.*.attn,blocks.*.mlp'")
+        p.add_argument(f"--policy-{w}", default=d.policy_a, choices=["all", "cls", "spatial", "mean"],
+                       help=f"token policy of model {w.upper()}: 'all' tokens (or positions) flattened, 'cls' the class "
+                            "token only, 'spatial' patch tokens only, 'mean' the average over tokens or positions")
+    p.add_argument("--batch-size", type=int, default=d.batch_size,
+                   help="images per minibatch of the minibatch CKA estimator (at least 4; the paper used 1024)")
+    p.add_argument("--repeats", type=int, default=d.repeats,
+                   help="disjoint random subsamples of the images for the intervals (the paper averaged 20); "
+                        "0 turns the intervals off")
+    p.add_argument("--level", type=float, default=d.level, help="coverage of the intervals, e.g. 0.9 for 90%%")
+    p.add_argument("--attention", default=d.attention, choices=["auto", "a", "b", "both", "none"],
+                   help="which models get mean attention distances: 'auto' every model that has attention, 'a', 'b' "
+                        "or 'both' (an error for a model without attention), or 'none'")
+    p.add_argument("--attention-count", type=int, default=d.attention_count,
+                   help="images used for the attention distances (the first ones of the set)")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of the random subsamples")
+    p.add_argument("--out", default=None,
+                   help="folder for the report; rerunning with the same folder resumes (finished parts are loaded) "
+                        f"[default: {OUTPUT_DIR}/report_MODEL_A_vs_MODEL_B]")
+    return p
+
+
+def settings_from_args(argv=None) -> Settings:
+    """Settings from command-line arguments (a list, like sys.argv[1:])."""
+    args = vars(build_parser().parse_args(argv))
+    args["count"] = None if args["count"] == 0 else args["count"]
+    if args["out"] is None:
+        safe = lambda name: name.replace("/", "_").replace(".", "_")  # noqa: E731
+        args["out"] = str(OUTPUT_DIR / f"report_{safe(args['model_a'])}_vs_{safe(args['model_b'])}")
+    return Settings(**args)
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def load_model(name: str, which: str):
+    """A model by name (helpers.models.load, which suggests close names on a typo); errors name the argument."""
+    try:
+        return models.load(name)
+    except (ValueError, FileNotFoundError, TypeError, models.WeightsUnavailableError) as error:
+        raise ReportError(f"Model {which} ('{name}'): {error}") from None
+
+
+def load_images(settings: Settings):
+    """The image set of --images/--count; an empty or missing folder is a ReportError that says what to do."""
+    from helpers.data import image_set
+
+    if settings.count is not None and settings.count < 4:
+        raise ReportError(f"--count {settings.count}: CKA needs at least 4 images (use 500+ for stable values).")
+    try:
+        return image_set(settings.images, count=settings.count)
+    except (ValueError, FileNotFoundError, RuntimeError, TypeError, PermissionError) as error:
+        raise ReportError(f"--images {settings.images}: {error}") from None
+
+
+def has_attention(model) -> bool:
+    """True for a model with timm Attention modules (what helpers.attention needs)."""
+    return any(hasattr(m, "fused_attn") and hasattr(m, "attn_drop") for m in model.modules())
+
+
+def attention_plan(settings: Settings, model_a, model_b) -> dict:
+    """{'a': bool, 'b': bool}: which models get attention distances; asking for one without attention is an error."""
+    asked = {"auto": "", "none": "", "a": "a", "b": "b", "both": "ab"}[settings.attention]
+    plan = {}
+    for which, model, name in (("a", model_a, settings.model_a), ("b", model_b, settings.model_b)):
+        if which in asked and not has_attention(model):
+            raise ReportError(f"--attention {settings.attention}: model {which.upper()} ('{name}', {type(model).__name__}) "
+                              "has no attention layers, so it has no attention distances. Use --attention auto (every "
+                              "model that has attention) or ask only for a ViT.")
+        plan[which] = settings.attention != "none" and has_attention(model) and (settings.attention == "auto" or which in asked)
+    return plan
+
+
+def load_inputs(settings: Settings):
+    """(model_a, model_b, images, attention plan), all checked before anything is computed."""
+    if settings.repeats == 1 or settings.repeats < 0:
+        raise ReportError(f"--repeats {settings.repeats}: give 0 (no intervals) or at least 2 subsamples (the paper used 20).")
+    if settings.batch_size < 4:
+        raise ReportError(f"--batch-size {settings.batch_size}: give at least 4 images per batch (128-256 are typical).")
+    if not 0 < settings.level < 1:
+        raise ReportError(f"--level {settings.level}: give a coverage between 0 and 1, e.g. 0.9.")
+    model_a, model_b = load_model(settings.model_a, "A"), load_model(settings.model_b, "B")
+    images = load_images(settings)
+    if settings.repeats and len(images) // settings.repeats < 20:
+        raise ReportError(f"{len(images)} images in {settings.repeats} subsamples give {len(images) // settings.repeats} "
+                          "images each: use fewer --repeats, more --count, or --repeats 0 (no intervals).")
+    return model_a, model_b, images, attention_plan(settings, model_a, model_b)
+
+
+def subset(images, indices):
+    """The images at `indices` (in that order) as a new ImageSet."""
+    from helpers.data import ImageSet
+
+    idx = [int(i) for i in indices]
+    labels = None if images.labels is None else [images.labels[i] for i in idx]
+    tensor = None if images.tensor is None else images.tensor[idx]
+    return ImageSet(f"{images.name} (subsample of {len(idx)})", len(idx), lambda i: images.get(idx[i]), labels, tensor)
+
+
+# --------------------------------------------------------------------------- computing, with resume
+
+
+@dataclass
+class Part:
+    """One CKA result: the full-data matrix, and the same matrix on each disjoint subsample."""
+
+    name: str
+    full: object                                   # CKAMatrix
+    subsamples: list = field(default_factory=list)  # CKAMatrix per subsample
+    level: float = 0.9
+
+    @property
+    def sub_values(self) -> np.ndarray:
+        """(R, rows, cols) values on the subsamples (R = 0 without intervals)."""
+        return np.stack([s.values for s in self.subsamples]) if self.subsamples else np.zeros((0,) + self.full.values.shape)
+
+    def interval_of(self, statistic):
+        """(value, low, high) of statistic(values matrix) -> number or array; low = high = NaN without subsamples."""
+        value = np.asarray(statistic(self.full.values), dtype=np.float64)
+        if len(self.subsamples) < 2:
+            return value, np.full_like(value, np.nan), np.full_like(value, np.nan)
+        low, high = intervals.subsample_interval(value, [statistic(s.values) for s in self.subsamples], self.level)
+        return value, low, high
+
+    def interval(self):
+        """(values, low, high) for every cell of the matrix."""
+        return self.interval_of(lambda v: v)
+
+
+def cached(path: Path, fingerprint: str, compute, log):
+    """Load the CKAMatrix at `path` when it was computed with the same settings, else compute and save it."""
+    from helpers.minibatch_cka import CKAMatrix
+
+    if path.exists():
+        try:
+            old = CKAMatrix.load(path)
+            if old.meta.get("fingerprint") == fingerprint:
+                log.append(f"{path.name}: loaded (finished earlier)")
+                return old
+            log.append(f"{path.name}: recomputed (it was made with other settings)")
+        except ValueError:
+            log.append(f"{path.name}: recomputed (the saved file could not be read)")
+    result = compute()
+    result.meta["fingerprint"] = fingerprint
+    result.save(path)
+    return result
+
+
+def _jobs(settings: Settings, model_a, model_b, images):
+    """[(part name, function(ImageSet) -> CKAMatrix)] for everything the report computes with CKA."""
+    from helpers.compare import cka_matrix, label_cka
+
+    s, la, lb = settings, layers_arg(settings.layers_a), layers_arg(settings.layers_b)
+    common = dict(batch_size=s.batch_size, progress=False)
+    jobs = [("within_a", lambda im: cka_matrix(model_a, im, la, policy_a=s.policy_a, **common)),
+            ("within_b", lambda im: cka_matrix(model_b, im, lb, policy_a=s.policy_b, **common)),
+            ("cross", lambda im: cka_matrix(model_a, im, la, model_b=model_b, layers_b=lb,
+                                            policy_a=s.policy_a, policy_b=s.policy_b, **common))]
+    if images.labels is not None:
+        jobs += [("labels_a", lambda im: label_cka(model_a, im, la, policy=s.policy_a, **common)),
+                 ("labels_b", lambda im: label_cka(model_b, im, lb, policy=s.policy_b, **common))]
+    return jobs
+
+
+def compute(settings: Settings, model_a, model_b, images, plan: dict, progress: bool = True) -> dict:
+    """Every result of the report: {'parts': {name: Part}, 'attention': {...}, 'log': [...], 'n_images': N}.
+
+    Each matrix (full data and each subsample) is cached under <out>/cache and loaded on a rerun.
+    """
+    from tqdm.auto import tqdm
+
+    cache = Path(settings.out) / "cache"
+    fp, log = settings.fingerprint(), []
+    parts_idx = intervals.disjoint_subsamples(len(images), settings.repeats, settings.seed) if settings.repeats else []
+    jobs = _jobs(settings, model_a, model_b, images)
+    steps = [(name, k, fn) for name, fn in jobs for k in range(-1, len(parts_idx))]
+    parts = {name: Part(name, None, [], settings.level) for name, _ in jobs}
+    try:
+        for name, k, fn in tqdm(steps, desc="CKA parts", disable=not progress):
+            where = cache / (f"{name}.npz" if k < 0 else f"{name}_sub{k:02d}.npz")
+            result = cached(where, fp, (lambda fn=fn, k=k: fn(images if k < 0 else subset(images, parts_idx[k]))), log)
+            if k < 0:
+                parts[name].full = result
+            else:
+                parts[name].subsamples.append(result)
+        attention = {w: cached_attention(settings, w, m, images, cache, log) if plan[w] else None
+                     for w, m in (("a", model_a), ("b", model_b))}
+    except (ValueError, TypeError, KeyError) as error:
+        raise ReportError(f"{error}") from None
+    return {"parts": parts, "attention": attention, "log": log, "n_images": len(images), "images_name": images.name,
+            "has_labels": images.labels is not None, "plan": plan,
+            "attention_exists": {"a": has_attention(model_a), "b": has_attention(model_b)},
+            "model_classes": {"a": type(model_a).__name__, "b": type(model_b).__name__}}
+
+
+def cached_attention(settings: Settings, which: str, model, images, cache: Path, log) -> dict:
+    """{'distances': (blocks, heads) px, 'uniform': px of a uniform head, 'n_images': n}, cached as an .npz.
+
+    Uses the first --attention-count images (helpers.attention.attention_distance_table streams them).
+    """
+    from helpers.attention import attention_distance_table, uniform_attention_distance
+
+    path = cache / f"attention_{which}.npz"
+    n, fp = min(len(images), settings.attention_count), settings.fingerprint()
+    if path.exists():
+        with np.load(path, allow_pickle=False) as f:
+            if str(f["fingerprint"]) == fp and int(f["n_images"]) == n:
+                log.append(f"{path.name}: loaded (finished earlier)")
+                return {"distances": f["distances"], "uniform": float(f["uniform"]), "n_images": n}
+    distances = attention_distance_table(model, subset(images, range(n)), batch_size=min(64, settings.batch_size))
+    size = model.patch_embed.patch_size
+    patch = int(size[0] if isinstance(size, (tuple, list)) else size)
+    uniform = uniform_attention_distance(int(round(model.patch_embed.num_patches ** 0.5)), patch)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, distances=distances, uniform=uniform, n_images=n, fingerprint=np.array(fp))
+    return {"distances": distances, "uniform": uniform, "n_images": n}
+
+
+# --------------------------------------------------------------------------- numbers derived from the parts
+
+
+def matched_depth(part: Part) -> dict:
+    """For each layer of B (column j), the layer of A with the highest CKA: index, name, value with interval.
+
+    agreement: the fraction of subsamples whose best match is the same layer (NaN without subsamples).
+    """
+    values = part.full.values
+    best = values.argmax(axis=0)                        # (Lb,)
+    cka, low, high = part.interval_of(lambda v: v.max(axis=0))
+    subs = part.sub_values
+    agreement = (subs.argmax(axis=1) == best[None]).mean(0) if len(subs) else np.full(len(best), np.nan)
+    return {"b_layer": list(part.full.cols), "a_index": best, "a_layer": [part.full.rows[i] for i in best],
+            "cka": cka, "ci_low": low, "ci_high": high, "agreement": agreement}
+
+
+def mean_off_diagonal(values: np.ndarray) -> float:
+    """The mean of a square matrix's off-diagonal entries: how alike a model's layers are overall."""
+    mask = ~np.eye(len(values), dtype=bool)
+    return float(values[mask].mean())
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _fmt(x) -> str:
+    return "" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{float(x):.10g}"
+
+
+def _write_csv(path: Path, header: list, rows: list) -> Path:
+    import csv
+
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+def write_matrix_tables(part: Part, folder: Path) -> list:
+    """<name>.csv (one row per layer pair: cka, ci_low, ci_high) and <name>.npz (the same as arrays)."""
+    values, low, high = part.interval()
+    rows, cols = part.full.rows, part.full.cols
+    csv_rows = [[r, c, _fmt(values[i, j]), _fmt(low[i, j]), _fmt(high[i, j])]
+                for i, r in enumerate(rows) for j, c in enumerate(cols)]
+    paths = [_write_csv(folder / f"{part.name}.csv", ["row_layer", "col_layer", "cka", "ci_low", "ci_high"], csv_rows)]
+    np.savez(folder / f"{part.name}.npz", values=values, ci_low=low, ci_high=high, subsample_values=part.sub_values,
+             rows=np.array(rows, dtype=str), cols=np.array(cols, dtype=str))
+    return paths + [folder / f"{part.name}.npz"]
+
+
+def write_curve_tables(name: str, columns: dict, folder: Path) -> list:
+    """A curve (dict of equal-length columns) as <name>.csv and <name>.npz."""
+    header = list(columns)
+    n = len(next(iter(columns.values())))
+    rows = [[_fmt(columns[h][i]) if not isinstance(columns[h][i], str) else columns[h][i] for h in header] for i in range(n)]
+    _write_csv(folder / f"{name}.csv", header, rows)
+    np.savez(folder / f"{name}.npz", **{h: np.asarray(columns[h]) for h in header})
+    return [folder / f"{name}.csv", folder / f"{name}.npz"]
+
+
+def curves(results: dict) -> dict:
+    """{name: columns} of every curve: matched depth, CKA with the labels, attention distances."""
+    parts, out = results["parts"], {}
+    m = matched_depth(parts["cross"])
+    out["matched_depth"] = {"b_layer": m["b_layer"], "b_index": list(range(len(m["b_layer"]))), "matched_a_layer": m["a_layer"],
+                            "matched_a_index": list(m["a_index"]), "cka": m["cka"], "ci_low": m["ci_low"],
+                            "ci_high": m["ci_high"], "subsample_agreement": m["agreement"]}
+    for w in ("a", "b"):
+        if f"labels_{w}" in parts:
+            p = parts[f"labels_{w}"]
+            v, lo, hi = p.interval()
+            n = len(p.full.rows)
+            out[f"label_cka_{w}"] = {"layer": list(p.full.rows), "index": list(range(n)),
+                                     "relative_depth": [i / max(1, n - 1) for i in range(n)],
+                                     "cka": v[:, 0], "ci_low": lo[:, 0], "ci_high": hi[:, 0]}
+        att = results["attention"][w]
+        if att is not None:
+            d = att["distances"]
+            out[f"attention_distance_{w}"] = {"block": [b for b in range(d.shape[0]) for _ in range(d.shape[1])],
+                                              "head": [h for _ in range(d.shape[0]) for h in range(d.shape[1])],
+                                              "distance_px": d.reshape(-1),
+                                              "uniform_head_px": [att["uniform"]] * d.size}
+    return out
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def _save(fig, name: str, folder: Path) -> list:
+    """PNG (200 dpi), PDF and SVG with text kept as text (pdf.fonttype 42, svg.fonttype none)."""
+    import matplotlib.pyplot as plt
+
+    paths = []
+    with plt.rc_context({"svg.fonttype": "none", "pdf.fonttype": 42}):
+        for ext in ("png", "pdf", "svg"):
+            fig.savefig(folder / f"{name}.{ext}", bbox_inches="tight", dpi=200 if ext == "png" else None)
+            paths.append(folder / f"{name}.{ext}")
+    return paths
+
+
+def heatmap_figure(part: Part, title: str, xlabel: str, ylabel: str):
+    import matplotlib.pyplot as plt
+
+    from helpers import plots
+
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 3.0))
+    plots.cka_heatmap(part.full, ax=ax, title=title, xlabel=xlabel, ylabel=ylabel)
+    ax.title.set_fontsize(8)
+    return fig
+
+
+def matched_depth_figure(results: dict, settings: Settings):
+    """Top: the layer of A that best matches each layer of B. Bottom: that CKA, with its interval."""
+    import matplotlib.pyplot as plt
+
+    m = matched_depth(results["parts"]["cross"])
+    x = np.arange(len(m["b_layer"]))
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(FIGURE_WIDTH_IN, 3.6), sharex=True)
+    top.plot(x, m["a_index"], "o-", color="#0072B2", ms=3)
+    top.set(ylabel=f"best layer of A\n({settings.model_a})", title="Matched depth")
+    errors = np.abs(np.stack([m["cka"] - m["ci_low"], m["ci_high"] - m["cka"]]))
+    bottom.errorbar(x, m["cka"], yerr=None if np.isnan(errors).all() else errors, fmt="o-", color="#D55E00", ms=3, capsize=2)
+    bottom.set(ylabel="CKA at the match", xlabel=f"layer of B ({settings.model_b})", ylim=(0, 1.02))
+    bottom.set_xticks(x)
+    bottom.set_xticklabels(m["b_layer"], rotation=90, fontsize=6)
+    for ax in (top, bottom):
+        ax.title.set_fontsize(9)
+    return fig
+
+
+def label_cka_figure(results: dict, settings: Settings):
+    """CKA of each layer with the class labels, both models on a relative-depth axis, with intervals."""
+    import matplotlib.pyplot as plt
+
+    c = curves(results)
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 2.4))
+    for w, colour, marker in (("a", "#0072B2", "o"), ("b", "#D55E00", "s")):
+        curve = c[f"label_cka_{w}"]
+        err = np.abs(np.stack([curve["cka"] - curve["ci_low"], curve["ci_high"] - curve["cka"]]))
+        ax.errorbar(curve["relative_depth"], curve["cka"], yerr=None if np.isnan(err).all() else err, fmt=marker + "-",
+                    ms=3, capsize=2, color=colour, label=getattr(settings, f"model_{w}"))
+    ax.set(xlabel="relative depth (first layer 0, last 1)", ylabel="CKA with class labels", ylim=(0, 1.02),
+           title="Class information by depth")
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=7, frameon=False)
+    return fig
+
+
+def attention_figure(att: dict, name: str):
+    """Mean attention distance of every head by block, with the uniform-attention reference."""
+    import matplotlib.pyplot as plt
+
+    d = att["distances"]
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 2.4))
+    for h in range(d.shape[1]):
+        ax.plot(np.arange(d.shape[0]), d[:, h], "o", ms=3, color="#0072B2", alpha=0.8)
+    ax.axhline(att["uniform"], ls="--", color="0.4", lw=1, label=f"uniform attention ({att['uniform']:.1f} px)")
+    ax.set(xlabel="block", ylabel="mean attention distance (px)", title=f"{name}: attention distance per head")
+    ax.set_xticks(np.arange(d.shape[0]))
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=7, frameon=False)
+    return fig
+
+
+def figures(results: dict, settings: Settings) -> dict:
+    """{file name: matplotlib figure} of every figure of the report."""
+    parts, A, B = results["parts"], settings.model_a, settings.model_b
+    figs = {"within_a": heatmap_figure(parts["within_a"], f"{A}: CKA between its layers", "layer", "layer"),
+            "within_b": heatmap_figure(parts["within_b"], f"{B}: CKA between its layers", "layer", "layer"),
+            "cross": heatmap_figure(parts["cross"], f"{A} vs {B}", f"layer of B ({B})", f"layer of A ({A})"),
+            "matched_depth": matched_depth_figure(results, settings)}
+    if results["has_labels"]:
+        figs["label_cka"] = label_cka_figure(results, settings)
+    for w in ("a", "b"):
+        if results["attention"][w] is not None:
+            figs[f"attention_distance_{w}"] = attention_figure(results["attention"][w], getattr(settings, f"model_{w}"))
+    return figs
+
+
+# --------------------------------------------------------------------------- words computed from the numbers
+
+
+def _v(value, low, high) -> str:
+    """'0.62 [0.58, 0.66]', or '0.62' without an interval."""
+    if np.isnan(low):
+        return f"{float(value):.2f}"
+    return f"{float(value):.2f} [{float(low):.2f}, {float(high):.2f}]"
+
+
+def _order(name_x: str, x: tuple, name_y: str, y: tuple, what: str) -> str:
+    """A sentence comparing two values with intervals: an order only where the intervals do not overlap."""
+    (vx, lx, hx), (vy, ly, hy) = x, y
+    if np.isnan(lx) or np.isnan(ly):
+        return f"{what}: {name_x} {_v(*x)}, {name_y} {_v(*y)} (no intervals, so no order is claimed)."
+    if lx > hy or ly > hx:
+        hi, lo = (name_x, name_y) if vx > vy else (name_y, name_x)
+        return f"{what}: {name_x} {_v(*x)}, {name_y} {_v(*y)}; the intervals do not overlap, so {hi} is higher than {lo}."
+    return f"{what}: {name_x} {_v(*x)}, {name_y} {_v(*y)}; the intervals overlap, so these images do not tell them apart."
+
+
+def summary_sentences(results: dict, settings: Settings) -> list:
+    """The summary, one computed sentence per item (SUMMARY.md)."""
+    parts, A, B = results["parts"], settings.model_a, settings.model_b
+    s, R = [], settings.repeats
+    iv = (f"{settings.level:.0%} intervals from {R} disjoint subsamples of {results['n_images'] // R} images each"
+          if R else "no intervals (--repeats 0)")
+    s.append(f"All numbers come from {results['n_images']} images of '{results['images_name']}', minibatches of "
+             f"{settings.batch_size}; brackets are {iv} (image sampling only, not other training runs).")
+    uni = {w: parts[f"within_{w}"].interval_of(mean_off_diagonal) for w in ("a", "b")}
+    s.append(_order(A, uni["a"], B, uni["b"], "Mean CKA between different layers of the same model"))
+    cross = parts["cross"]
+    values, low, high = cross.interval()
+    rows, cols = cross.full.rows, cross.full.cols
+    s.append(f"Cross-model CKA of the first layers ({rows[0]} of {A}, {cols[0]} of {B}) is "
+             f"{_v(values[0, 0], low[0, 0], high[0, 0])}; of the last layers ({rows[-1]}, {cols[-1]}) "
+             f"{_v(values[-1, -1], low[-1, -1], high[-1, -1])}.")
+    i, j = np.unravel_index(values.argmax(), values.shape)
+    s.append(f"The most similar pair is {rows[i]} of {A} with {cols[j]} of {B}: CKA {_v(values[i, j], low[i, j], high[i, j])}.")
+    m = matched_depth(cross)
+    if len(cols) > 2 and np.ptp(m["a_index"]) > 0:
+        r = float(np.corrcoef(np.arange(len(cols)), m["a_index"])[0, 1])
+        trend = "rises with depth" if r > 0.5 else "falls with depth" if r < -0.5 else "does not follow depth steadily"
+        s.append(f"Matched depth {trend}: the correlation between the depth of a layer of {B} and the depth of its best "
+                 f"match in {A} is {r:.2f}.")
+    else:
+        s.append(f"Every layer of {B} has its best match at the same layer of {A} ({m['a_layer'][0]}).")
+    s.append(f"The last layer of {B} ({cols[-1]}) best matches {m['a_layer'][-1]} of {A} (CKA "
+             f"{_v(m['cka'][-1], m['ci_low'][-1], m['ci_high'][-1])}).")
+    if results["has_labels"]:
+        last = {w: tuple(x[-1, 0] for x in parts[f"labels_{w}"].interval()) for w in ("a", "b")}
+        s.append(_order(f"{A} ({parts['labels_a'].full.rows[-1]})", last["a"], f"{B} ({parts['labels_b'].full.rows[-1]})",
+                        last["b"], "CKA of the last layer with the class labels"))
+        for w, name in (("a", A), ("b", B)):
+            p = parts[f"labels_{w}"]
+            k = int(p.full.values[:, 0].argmax())
+            s.append(f"In {name} the class labels are most visible at {p.full.rows[k]} (layer {k + 1} of "
+                     f"{len(p.full.rows)}, CKA {_v(*(x[k, 0] for x in p.interval()))}).")
+    else:
+        s.append("The images have no class labels, so CKA with the labels is not computed.")
+    for w, name in (("a", A), ("b", B)):
+        att = results["attention"][w]
+        if att is None:
+            why = "it has no attention layers" if not results["attention_exists"][w] else "not asked for (--attention)"
+            s.append(f"Attention distances of {name}: not applicable ({why}).")
+            continue
+        d, u = att["distances"], att["uniform"]
+        local = int((d < u / 2).sum())
+        s.append(f"In {name} the mean attention distance over heads is {d[0].mean():.1f} px in the first block and "
+                 f"{d[-1].mean():.1f} px in the last (a uniform head: {u:.1f} px); {local} of {d.size} heads attend "
+                 f"within half the uniform distance (first {att['n_images']} images).")
+    return s
+
+
+def _weights(name: str) -> str:
+    """Where a model's weights come from, in words, for METHODS.md."""
+    if name in zoo.ZOO:
+        try:
+            card = models.lite_card(name)
+        except FileNotFoundError:
+            return f"the course's lite model '{name}' (helpers/zoo.py recipe; no model card found)"
+        acc = card.get("test_accuracy")
+        acc_text = f", test accuracy {acc:.3f} on {card.get('test_images', '?')} held-out shapes images" if acc else ""
+        return (f"the course's lite model '{name}' ({card.get('architecture', 'timm model')}, "
+                f"{card.get('parameters', 0):,} parameters, trained by `{card.get('command', 'helpers.train')}`"
+                f"{acc_text}; weights data/models/{name}.safetensors)")
+    return f"timm model '{name}' with its published pretrained weights"
+
+
+def versions() -> dict:
+    import matplotlib
+    import timm
+    import torch
+
+    import subprocess
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).parent, timeout=5).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        commit = "unknown"
+    return {"python": platform.python_version(), "torch": torch.__version__, "timm": timm.__version__,
+            "numpy": np.__version__, "matplotlib": matplotlib.__version__, "course_commit": commit}
+
+
+POLICY_WORDS = {"all": "every token (or spatial position) flattened into one vector per image",
+                "cls": "the class (CLS) token only", "spatial": "the patch tokens only, flattened",
+                "mean": "the average over tokens (or spatial positions)"}
+
+
+def command_line(settings: Settings) -> str:
+    """The command that reproduces this report."""
+    s, d = settings, Settings()
+    parts = ["python -m helpers.report", s.model_a, s.model_b, "--images", s.images, "--count", str(s.count or 0)]
+    for key in ("layers_a", "layers_b", "policy_a", "policy_b", "batch_size", "repeats", "level", "attention",
+                "attention_count", "seed"):
+        if getattr(s, key) != getattr(d, key):
+            parts += [f"--{key.replace('_', '-')}", str(getattr(s, key))]
+    return " ".join(parts + ["--out", s.out])
+
+
+def methods_text(results: dict, settings: Settings) -> str:
+    """METHODS.md: a paragraph to paste into an appendix, the settings in brief, and the references."""
+    s, parts, v = settings, results["parts"], versions()
+    res = {w: parts["cross"].full.meta.get(f"resolved_layers_{w}", {}) for w in ("a", "b")}
+    n, R = results["n_images"], s.repeats
+    labels = "with class labels" if results["has_labels"] else "without class labels"
+    paragraph = (
+        f"We compared the internal representations of {s.model_a} (model A: {_weights(s.model_a)}) and {s.model_b} "
+        f"(model B: {_weights(s.model_b)}) with linear centred kernel alignment (CKA; Kornblith et al., 2019), following "
+        f"Raghu et al. (2021). Both models saw the same {n} images from '{results['images_name']}' ({labels}), each "
+        f"preprocessed with the model's own configuration (timm's resolve_data_config: resize, crop, mean and standard "
+        f"deviation). We recorded {len(res['a'])} layers of A ('{s.layers_a}': {', '.join(res['a'])}) and {len(res['b'])} "
+        f"layers of B ('{s.layers_b}': {', '.join(res['b'])}). Token policy: for A, {POLICY_WORDS[s.policy_a]}; for B, "
+        f"{POLICY_WORDS[s.policy_b]}. CKA was estimated with the minibatch estimator of Nguyen et al. (2021): unbiased "
+        f"HSIC per minibatch of {s.batch_size} images, summed over minibatches (each weighted by m(m-3)) before the "
+        f"normalisation, so that no activations are stored. We report CKA between the layers of each model, between "
+        f"every layer of A and every layer of B, the matched depth (for each layer of B, the layer of A with the highest "
+        f"CKA)")
+    if results["has_labels"]:
+        paragraph += ", and the CKA of each layer with the one-hot class labels"
+    paragraph += "."
+    if any(a is not None for a in results["attention"].values()):
+        n_att = next(a["n_images"] for a in results["attention"].values() if a is not None)
+        paragraph += (f" For models with attention, the mean attention distance of each head (in pixels, patch tokens "
+                      f"only, attention renormalised over patch keys) is averaged over the first {n_att} images.")
+    if R:
+        paragraph += (
+            f" Intervals ({s.level:.0%}) come from {R} disjoint random subsamples of {n // R} images (seed {s.seed}): "
+            f"the value on all {n} images plus or minus t({R - 1}) times the standard deviation of the {R} subsample values "
+            f"divided by sqrt({R}). The spread is that of the subsample estimator (CKA on {n // R} images), rescaled to "
+            f"{n} images on the assumption that its variance falls as one over the number of images; the intervals "
+            f"describe the sampling of images only, not differences between training runs, and their coverage was "
+            f"checked on synthetic data (tests/test_intervals.py). Raghu et al. (2021) averaged 20 repeats.")
+    else:
+        paragraph += " No intervals were computed (--repeats 0)."
+    paragraph += (f" Software: Python {v['python']}, PyTorch {v['torch']}, timm {v['timm']}, NumPy {v['numpy']}, "
+                  f"Matplotlib {v['matplotlib']}, course helpers at commit {v['course_commit']}.")
+    refs = "\n".join(f"- {r}" for r in REFERENCES)
+    return (f"# Methods\n\n{paragraph}\n\nReproduce with:\n\n```\n{command_line(settings)}\n```\n\n"
+            f"Every setting is in settings.json.\n\n## References\n\n{refs}\n")
+
+
+# --------------------------------------------------------------------------- the bundle
+
+
+def settings_record(results: dict, settings: Settings) -> dict:
+    """settings.json: every setting, what the presets resolved to, the software versions."""
+    parts = results["parts"]
+    return {"settings": asdict(settings), "fingerprint": settings.fingerprint(), "command": command_line(settings),
+            "n_images": results["n_images"], "images": results["images_name"], "has_labels": results["has_labels"],
+            "subsample_size": results["n_images"] // settings.repeats if settings.repeats else None,
+            "resolved_layers_a": parts["cross"].full.meta.get("resolved_layers_a"),
+            "resolved_layers_b": parts["cross"].full.meta.get("resolved_layers_b"),
+            "estimator": parts["cross"].full.estimator, "interval": "full value +- t * sd(subsamples) / sqrt(R) (helpers.intervals)",
+            "attention_distances": {w: results["plan"][w] for w in ("a", "b")},
+            "model_classes": results["model_classes"], "weights": {"a": _weights(settings.model_a), "b": _weights(settings.model_b)},
+            "versions": versions()}
+
+
+def write_bundle(results: dict, settings: Settings) -> list:
+    """Write figures/, tables/, settings.json, METHODS.md and SUMMARY.md into settings.out; returns the paths."""
+    import matplotlib.pyplot as plt
+
+    out = Path(settings.out)
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    (out / "tables").mkdir(parents=True, exist_ok=True)
+    written = []
+    for part in results["parts"].values():
+        written += write_matrix_tables(part, out / "tables")
+    for name, columns in curves(results).items():
+        written += write_curve_tables(name, columns, out / "tables")
+    for name, fig in figures(results, settings).items():
+        written += _save(fig, name, out / "figures")
+        plt.close(fig)
+    (out / "settings.json").write_text(json.dumps(settings_record(results, settings), indent=2, default=str))
+    (out / "METHODS.md").write_text(methods_text(results, settings))
+    summary = "\n".join(f"- {line}" for line in summary_sentences(results, settings))
+    (out / "SUMMARY.md").write_text(f"# Summary: {settings.model_a} vs {settings.model_b}\n\n{summary}\n")
+    return written + [out / "settings.json", out / "METHODS.md", out / "SUMMARY.md"]
+
+
+def run(settings: Settings, progress: bool = True) -> dict:
+    """Load, compute (resuming from <out>/cache) and write the bundle; returns the results, with 'files'."""
+    start = time.time()
+    model_a, model_b, images, plan = load_inputs(settings)
+    results = compute(settings, model_a, model_b, images, plan, progress=progress)
+    results["files"] = write_bundle(results, settings)
+    results["seconds"] = round(time.time() - start, 1)
+    return results
+
+
+def main(argv=None) -> int:
+    """The command line (python -m helpers.report --help). Returns the exit status: 0, or 2 on bad input."""
+    settings = settings_from_args(argv)
+    try:
+        results = run(settings)
+    except ReportError as error:
+        print(f"helpers.report: error: {error}", file=sys.stderr)
+        return 2
+    loaded = [line for line in results["log"] if "loaded" in line]
+    if loaded:
+        print(f"Resumed: {len(loaded)} finished part(s) loaded from {Path(settings.out) / 'cache'}, not recomputed.")
+    for line in results["log"]:
+        if "recomputed" in line:
+            print(f"Note: {line}")
+    print(f"Wrote {len(results['files'])} files to {settings.out} in {results['seconds']} s "
+          "(figures/, tables/, settings.json, METHODS.md, SUMMARY.md).")
+    print((Path(settings.out) / "SUMMARY.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
