@@ -111,21 +111,25 @@ def weights_cached(name: str) -> bool:
 
 
 def choose_track(verbose: bool = True) -> str:
-    """'full' when pretrained weights can be had (cached, or the hub answers within 3 s), else 'lite'.
+    """'full' when pretrained weights can be had (cached, or the hub answers within 3 s) and a GPU is
+    present, else 'lite'.
 
-    COURSE_TRACK=lite|full forces a track. Prints one line saying which track runs and how to switch.
+    COURSE_TRACK=lite|full forces a track. Prints one line saying which track runs, why, and how to switch.
     """
     wanted = os.environ.get(TRACK_ENV, "auto").strip().lower()
     if wanted not in ("auto", "lite", "full"):
         raise ValueError(f"{TRACK_ENV}={wanted!r}: use 'lite', 'full' or 'auto'.")
     if wanted != "auto":
         track, why = wanted, f"forced by {TRACK_ENV}={wanted}"
-    elif weights_cached(TRACK_MODELS["full"]["vit"]):
-        track, why = "full", "pretrained weights are cached"
-    elif hub_reachable():
-        track, why = "full", "the Hugging Face hub is reachable"
-    else:
+    elif not (weights_cached(TRACK_MODELS["full"]["vit"]) or hub_reachable()):
         track, why = "lite", "no pretrained weights cached and the hub is unreachable"
+    elif pick_device().type != "cuda":
+        track, why = "lite", ("pretrained weights can be had, but there is no GPU: the full track pushes thousands of "
+                              "224-px images through ViT-B/16 and ResNet-50 several times per notebook, hours on a CPU "
+                              f"(about 0.2 s per image for ViT-B on 2 cores); on Colab choose a GPU runtime, or set "
+                              f"{TRACK_ENV}=full to run it here anyway")
+    else:
+        track, why = "full", "pretrained weights can be had and a GPU is present"
     if verbose:
         other = "lite" if track == "full" else "full"
         print(f"Track: {track} ({why}). To switch, set the environment variable {TRACK_ENV}={other} "

@@ -103,3 +103,15 @@ def test_track_can_be_forced(monkeypatch, capsys):
     monkeypatch.setenv(models.TRACK_ENV, "fast")
     with pytest.raises(ValueError, match="lite"):
         models.choose_track()
+
+
+def test_a_cpu_runtime_that_reaches_the_hub_gets_the_lite_track_and_says_why(monkeypatch, capsys):
+    monkeypatch.setenv(models.TRACK_ENV, "auto")
+    monkeypatch.setattr(models, "weights_cached", lambda name: False)
+    monkeypatch.setattr(models, "hub_reachable", lambda timeout=3.0: True)
+    monkeypatch.setattr(models, "pick_device", lambda: torch.device("cpu"))
+    assert models.choose_track() == "lite"
+    out = capsys.readouterr().out
+    assert "no GPU" in out and "COURSE_TRACK=full" in out
+    monkeypatch.setattr(models, "pick_device", lambda: torch.device("cuda"))
+    assert models.choose_track() == "full"
