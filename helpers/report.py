@@ -190,11 +190,12 @@ def load_inputs(settings: Settings):
     if not 0 < settings.level < 1:
         raise ReportError(f"--level {settings.level}: give a coverage between 0 and 1, e.g. 0.9.")
     model_a, model_b = load_model(settings.model_a, "A"), load_model(settings.model_b, "B")
+    plan = attention_plan(settings, model_a, model_b)
     images = load_images(settings)
     if settings.repeats and len(images) // settings.repeats < 20:
         raise ReportError(f"{len(images)} images in {settings.repeats} subsamples give {len(images) // settings.repeats} "
                           "images each: use fewer --repeats, more --count, or --repeats 0 (no intervals).")
-    return model_a, model_b, images, attention_plan(settings, model_a, model_b)
+    return model_a, model_b, images, plan
 
 
 def subset(images, indices):
@@ -353,7 +354,7 @@ def mean_off_diagonal(values: np.ndarray) -> float:
 
 
 def _fmt(x) -> str:
-    return "" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{float(x):.10g}"
+    return "" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{float(x):.12g}"
 
 
 def _write_csv(path: Path, header: list, rows: list) -> Path:
@@ -433,7 +434,7 @@ def heatmap_figure(part: Part, title: str, xlabel: str, ylabel: str):
 
     from helpers import plots
 
-    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 3.0))
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN - 0.6, 2.9))  # the colour bar and labels take the rest of the column
     plots.cka_heatmap(part.full, ax=ax, title=title, xlabel=xlabel, ylabel=ylabel)
     ax.title.set_fontsize(8)
     return fig
@@ -447,7 +448,10 @@ def matched_depth_figure(results: dict, settings: Settings):
     x = np.arange(len(m["b_layer"]))
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(FIGURE_WIDTH_IN, 3.6), sharex=True)
     top.plot(x, m["a_index"], "o-", color="#0072B2", ms=3)
-    top.set(ylabel=f"best layer of A\n({settings.model_a})", title="Matched depth")
+    rows = results["parts"]["cross"].full.rows
+    top.set_yticks(range(len(rows)))
+    top.set_yticklabels(rows, fontsize=6)
+    top.set(ylabel=f"best layer of A\n({settings.model_a})", title="Matched depth", ylim=(-0.5, len(rows) - 0.5))
     errors = np.abs(np.stack([m["cka"] - m["ci_low"], m["ci_high"] - m["cka"]]))
     bottom.errorbar(x, m["cka"], yerr=None if np.isnan(errors).all() else errors, fmt="o-", color="#D55E00", ms=3, capsize=2)
     bottom.set(ylabel="CKA at the match", xlabel=f"layer of B ({settings.model_b})", ylim=(0, 1.02))

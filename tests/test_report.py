@@ -1,0 +1,161 @@
+"""helpers.report: the command line writes a complete, consistent bundle, resumes, and refuses bad input clearly."""
+
+import csv
+import json
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from helpers import report
+
+SMALL = ["--count", "128", "--repeats", "2"]  # the default models and images, few of them: a fast suite
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    status = report.main(SMALL + ["--out", str(out)])
+    assert status == 0
+    return out
+
+
+def test_defaults_are_the_seed_use_case():
+    s = report.settings_from_args([])
+    assert (s.model_a, s.model_b, s.images) == ("lite-vit", "lite-efficientnet", "shapes")
+    assert s.repeats >= 2 and s.count >= 1000
+
+
+def test_help_explains_every_option(capsys):
+    with pytest.raises(SystemExit):
+        report.main(["--help"])
+    text = capsys.readouterr().out
+    for option in ("--images", "--count", "--layers-a", "--layers-b", "--policy-a", "--policy-b", "--batch-size",
+                   "--repeats", "--out", "--attention", "shapes", "blocks", "sublayers"):
+        assert option in text
+
+
+def test_bundle_has_every_file(bundle):
+    for name in ("within_a", "within_b", "cross", "matched_depth", "label_cka", "attention_distance_a"):
+        for ext in ("png", "pdf", "svg"):
+            assert (bundle / "figures" / f"{name}.{ext}").stat().st_size > 0
+    assert not (bundle / "figures" / "attention_distance_b.png").exists()  # lite-efficientnet has no attention
+    for name in ("within_a", "within_b", "cross", "labels_a", "labels_b", "matched_depth", "label_cka_a",
+                 "label_cka_b", "attention_distance_a"):
+        assert (bundle / "tables" / f"{name}.csv").exists() and (bundle / "tables" / f"{name}.npz").exists()
+    for name in ("settings.json", "METHODS.md", "SUMMARY.md"):
+        assert (bundle / name).stat().st_size > 0
+
+
+def _csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_csv_values_equal_the_npz(bundle):
+    for name in ("within_a", "within_b", "cross", "labels_a", "labels_b"):
+        rows = _csv(bundle / "tables" / f"{name}.csv")
+        with np.load(bundle / "tables" / f"{name}.npz") as f:
+            for column, key in (("cka", "values"), ("ci_low", "ci_low"), ("ci_high", "ci_high")):
+                assert np.allclose([float(r[column]) for r in rows], f[key].reshape(-1), rtol=0, atol=1e-9)
+            assert [r["row_layer"] for r in rows[::len(f["cols"])]] == list(f["rows"])
+            assert f["subsample_values"].shape == (2,) + f["values"].shape
+            assert (f["ci_low"] <= f["values"]).all() and (f["values"] <= f["ci_high"]).all()
+    for name in ("matched_depth", "label_cka_a", "attention_distance_a"):
+        rows = _csv(bundle / "tables" / f"{name}.csv")
+        with np.load(bundle / "tables" / f"{name}.npz") as f:
+            number = "cka" if "cka" in f.files else "distance_px"
+            assert np.allclose([float(r[number]) for r in rows], f[number], rtol=0, atol=1e-9)
+
+
+def test_matched_depth_is_the_argmax_of_the_cross_matrix(bundle):
+    with np.load(bundle / "tables" / "cross.npz") as cross, np.load(bundle / "tables" / "matched_depth.npz") as m:
+        assert (m["matched_a_index"] == cross["values"].argmax(0)).all()
+        assert np.allclose(m["cka"], cross["values"].max(0))
+
+
+def test_methods_and_settings_name_models_images_and_references(bundle):
+    text = (bundle / "METHODS.md").read_text()
+    for needle in ("lite-vit", "lite-efficientnet", "128 images", "minibatch of 256 images", "2 disjoint random subsamples",
+                   "subsample estimator", "Raghu", "Kornblith", "Nguyen", "PyTorch", "timm"):
+        assert needle in text, needle
+    settings = json.loads((bundle / "settings.json").read_text())
+    assert settings["settings"]["count"] == 128 and settings["n_images"] == 128
+    assert settings["versions"]["torch"] and settings["resolved_layers_b"]
+
+
+def test_summary_sentences_carry_the_written_numbers(bundle):
+    text = (bundle / "SUMMARY.md").read_text()
+    with np.load(bundle / "tables" / "cross.npz") as f:
+        v, lo, hi = f["values"][-1, -1], f["ci_low"][-1, -1], f["ci_high"][-1, -1]
+    assert f"{v:.2f} [{lo:.2f}, {hi:.2f}]" in text
+    assert "lite-efficientnet: not applicable (it has no attention layers)" in text
+
+
+def test_figures_open_and_keep_text_as_text(bundle):
+    png = Image.open(bundle / "figures" / "cross.png")
+    png.verify()
+    width_in = Image.open(bundle / "figures" / "label_cka.png").size[0] / 200
+    assert width_in < 3.6  # one A4 column
+    root = ET.parse(bundle / "figures" / "cross.svg").getroot()
+    assert any(el.tag.endswith("text") for el in root.iter())
+    assert (bundle / "figures" / "cross.pdf").read_bytes().startswith(b"%PDF")
+
+
+def test_rerun_resumes_without_recomputing(bundle, capsys):
+    cache = sorted((bundle / "cache").glob("*.npz"))
+    stamps = {p: p.stat().st_mtime_ns for p in cache}
+    assert report.main(SMALL + ["--out", str(bundle)]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(cache)} finished part(s) loaded" in out and "not recomputed" in out
+    assert all(p.stat().st_mtime_ns == stamps[p] for p in cache)
+
+
+def _error(argv, capsys) -> str:
+    assert report.main(argv) == 2
+    return capsys.readouterr().err
+
+
+def test_unknown_model_suggests(tmp_path, capsys):
+    err = _error(["lite-vt", "lite-efficientnet", "--out", str(tmp_path)], capsys)
+    assert "Model A ('lite-vt')" in err and "Did you mean" in err and "lite-vit" in err
+
+
+def test_empty_missing_and_unreadable_folders(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert "No images found" in _error(["--images", str(tmp_path / "empty"), "--out", str(tmp_path / "o1")], capsys)
+    assert "is not a folder" in _error(["--images", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o2")], capsys)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for i in range(8):
+        Image.new("RGB", (32, 32), (i * 30, 0, 0)).save(broken / f"{i}.png")
+    (broken / "8.png").write_bytes(b"not an image")
+    err = _error(["--images", str(broken), "--repeats", "0", "--out", str(tmp_path / "o3")], capsys)
+    assert "Could not read the image file" in err and "8.png" in err
+
+
+def test_attention_asked_of_a_model_without_attention(tmp_path, capsys):
+    err = _error(["--attention", "b", "--count", "64", "--out", str(tmp_path)], capsys)
+    assert "has no attention layers" in err and "--attention auto" in err
+
+
+def test_too_few_images_per_subsample(tmp_path, capsys):
+    err = _error(["--count", "40", "--repeats", "10", "--out", str(tmp_path)], capsys)
+    assert "fewer --repeats" in err
+
+
+def test_images_of_mixed_sizes_are_resized_by_each_model(tmp_path):
+    rng = np.random.default_rng(0)
+    for c, sizes in enumerate([((20, 20), (64, 48), (33, 90)), ((32, 32), (100, 60), (48, 48))]):
+        folder = tmp_path / "images" / f"class{c}"
+        folder.mkdir(parents=True)
+        for k in range(12):
+            w, h = sizes[k % 3]
+            Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8) // (1 + c)).save(folder / f"{k}.png")
+    out = tmp_path / "out"
+    assert report.main(["--images", str(tmp_path / "images"), "--repeats", "0", "--batch-size", "12",
+                        "--attention-count", "8", "--out", str(out)]) == 0
+    text = (out / "METHODS.md").read_text()
+    assert "24 images" in text and "with class labels" in text
+    assert "no order is claimed" in (out / "SUMMARY.md").read_text()
