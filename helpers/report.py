@@ -632,6 +632,11 @@ def command_line(settings: Settings) -> str:
     return " ".join(parts + ["--out", s.out])
 
 
+def _layer_list(resolved: dict) -> str:
+    """'block0 = blocks.0, ...' (label = module) from a CKAMatrix's resolved layers; the module alone when they agree."""
+    return ", ".join(label if label == module else f"{label} = {module}" for label, module in resolved.items())
+
+
 def methods_text(results: dict, settings: Settings) -> str:
     """METHODS.md: a paragraph to paste into an appendix, the settings in brief, and the references."""
     s, parts, v = settings, results["parts"], versions()
@@ -643,8 +648,8 @@ def methods_text(results: dict, settings: Settings) -> str:
         f"(model B: {_weights(s.model_b)}) with linear centred kernel alignment (CKA; Kornblith et al., 2019), following "
         f"Raghu et al. (2021). Both models saw the same {n} images from '{results['images_name']}' ({labels}), each "
         f"preprocessed with the model's own configuration (timm's resolve_data_config: resize, crop, mean and standard "
-        f"deviation). We recorded {len(res['a'])} layers of A ('{s.layers_a}': {', '.join(res['a'])}) and {len(res['b'])} "
-        f"layers of B ('{s.layers_b}': {', '.join(res['b'])}). Token policy: for A, {POLICY_WORDS[s.policy_a]}; for B, "
+        f"deviation). We recorded {len(res['a'])} layers of A ('{s.layers_a}': {_layer_list(res['a'])}) and {len(res['b'])} "
+        f"layers of B ('{s.layers_b}': {_layer_list(res['b'])}). Token policy: for A, {POLICY_WORDS[s.policy_a]}; for B, "
         f"{POLICY_WORDS[s.policy_b]}. CKA was estimated with the minibatch estimator of Nguyen et al. (2021): unbiased "
         f"HSIC per minibatch of {s.batch_size} images, summed over minibatches (each weighted by m(m-3)) before the "
         f"normalisation, so that no activations are stored. We report CKA between the layers of each model, between "
