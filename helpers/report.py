@@ -25,6 +25,7 @@ import json
 import platform
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -59,22 +60,23 @@ class Settings:
     model_a: str = "lite-vit"
     model_b: str = "lite-efficientnet"
     images: str = "shapes"
-    count: int | None = 1024
+    count: int | None = None  # None: all images ('shapes': its 2,048 test images)
     layers_a: str = "blocks"
     layers_b: str = "blocks"
     policy_a: str = "all"
     policy_b: str = "all"
     batch_size: int = 256
-    repeats: int = 10
+    repeats: int = 20
     level: float = 0.9
     attention: str = "auto"
     attention_count: int = 256
     seed: int = 0
+    threads: int = 0
     out: str = str(OUTPUT_DIR / "report")
 
     def fingerprint(self) -> str:
         """A hash of everything that changes the numbers (not --out): cached parts must match it."""
-        numbers = {k: v for k, v in asdict(self).items() if k not in ("out", "attention")}
+        numbers = {k: v for k, v in asdict(self).items() if k not in ("out", "attention", "threads")}
         return hashlib.sha256(json.dumps(numbers, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -102,8 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="'shapes' (the lite track's generated images), 'cifar10', 'imagenette', or a folder of images; "
                         "a folder with one subfolder per class gives class labels. Images of any size: each model's "
                         "own preprocessing resizes them")
-    p.add_argument("--count", type=int, default=d.count,
-                   help="how many images (always the same ones, in a fixed shuffled order); 0 means all")
+    p.add_argument("--count", type=int, default=0,
+                   help="how many images (always the same ones, in a fixed shuffled order); 0 means all ('shapes': 2,048)")
     for w in ("a", "b"):
         p.add_argument(f"--layers-{w}", default=d.layers_a,
                        help=f"layers of model {w.upper()}: preset 'blocks' (each block's output) or 'sublayers' (finer: "
@@ -124,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attention-count", type=int, default=d.attention_count,
                    help="images used for the attention distances (the first ones of the set)")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of the random subsamples")
+    p.add_argument("--threads", type=int, default=d.threads,
+                   help="CPU threads for torch; 0 (auto) uses 1 thread for two lite models on the CPU (tiny models run "
+                        "faster on one thread, many times faster on a busy machine) and torch's default otherwise")
     p.add_argument("--out", default=None,
                    help="folder for the report; rerunning with the same folder resumes (finished parts are loaded) "
                         f"[default: {OUTPUT_DIR}/report_MODEL_A_vs_MODEL_B]")
@@ -273,7 +278,37 @@ def _jobs(settings: Settings, model_a, model_b, images):
     return jobs
 
 
+def thread_count(settings: Settings, model_a, model_b) -> int:
+    """The torch CPU threads to use: --threads, or for 0 one thread when both models are lite models on the CPU."""
+    import torch
+
+    if settings.threads > 0:
+        return settings.threads
+    on_cpu = all(next(m.parameters()).device.type == "cpu" for m in (model_a, model_b))
+    lite = settings.model_a in zoo.ZOO and settings.model_b in zoo.ZOO
+    return 1 if on_cpu and lite else torch.get_num_threads()
+
+
+@contextmanager
+def torch_threads(n: int):
+    """torch.set_num_threads(n) inside the block, the caller's setting restored after."""
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
 def compute(settings: Settings, model_a, model_b, images, plan: dict, progress: bool = True) -> dict:
+    """Every result of the report (see _compute), with torch's CPU threads set by thread_count."""
+    with torch_threads(thread_count(settings, model_a, model_b)):
+        return _compute(settings, model_a, model_b, images, plan, progress)
+
+
+def _compute(settings: Settings, model_a, model_b, images, plan: dict, progress: bool = True) -> dict:
     """Every result of the report: {'parts': {name: Part}, 'attention': {...}, 'log': [...], 'n_images': N}.
 
     Each matrix (full data and each subsample) is cached under <out>/cache and loaded on a rerun.
@@ -626,7 +661,7 @@ def command_line(settings: Settings) -> str:
     s, d = settings, Settings()
     parts = ["python -m helpers.report", s.model_a, s.model_b, "--images", s.images, "--count", str(s.count or 0)]
     for key in ("layers_a", "layers_b", "policy_a", "policy_b", "batch_size", "repeats", "level", "attention",
-                "attention_count", "seed"):
+                "attention_count", "seed", "threads"):
         if getattr(s, key) != getattr(d, key):
             parts += [f"--{key.replace('_', '-')}", str(getattr(s, key))]
     return " ".join(parts + ["--out", s.out])

@@ -10,21 +10,19 @@ from PIL import Image
 
 from helpers import report
 
-SMALL = ["--count", "128", "--repeats", "2"]  # the default models and images, few of them: a fast suite
-
-
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
+    """The real no-argument command line (only --out given): lite-vit vs lite-efficientnet on all 2,048 'shapes'
+    images with 20 subsamples (about 20 s on 2 CPU cores)."""
     out = tmp_path_factory.mktemp("report")
-    status = report.main(SMALL + ["--out", str(out)])
+    status = report.main(["--out", str(out)])
     assert status == 0
     return out
 
 
 def test_defaults_are_the_seed_use_case():
     s = report.settings_from_args([])
-    assert (s.model_a, s.model_b, s.images) == ("lite-vit", "lite-efficientnet", "shapes")
-    assert s.repeats >= 2 and s.count >= 1000
+    assert (s.model_a, s.model_b, s.images, s.count, s.repeats) == ("lite-vit", "lite-efficientnet", "shapes", None, 20)
 
 
 def test_help_explains_every_option(capsys):
@@ -60,7 +58,7 @@ def test_csv_values_equal_the_npz(bundle):
             for column, key in (("cka", "values"), ("ci_low", "ci_low"), ("ci_high", "ci_high")):
                 assert np.allclose([float(r[column]) for r in rows], f[key].reshape(-1), rtol=0, atol=1e-9)
             assert [r["row_layer"] for r in rows[::len(f["cols"])]] == list(f["rows"])
-            assert f["subsample_values"].shape == (2,) + f["values"].shape
+            assert f["subsample_values"].shape == (20,) + f["values"].shape
             assert (f["ci_low"] <= f["values"]).all() and (f["values"] <= f["ci_high"]).all()
     for name in ("matched_depth", "label_cka_a", "attention_distance_a"):
         rows = _csv(bundle / "tables" / f"{name}.csv")
@@ -77,11 +75,11 @@ def test_matched_depth_is_the_argmax_of_the_cross_matrix(bundle):
 
 def test_methods_and_settings_name_models_images_and_references(bundle):
     text = (bundle / "METHODS.md").read_text()
-    for needle in ("lite-vit", "lite-efficientnet", "128 images", "minibatch of 256 images", "2 disjoint random subsamples",
+    for needle in ("lite-vit", "lite-efficientnet", "2048 images", "minibatch of 256 images", "20 disjoint random subsamples of 102 images",
                    "subsample estimator", "Raghu", "Kornblith", "Nguyen", "PyTorch", "timm"):
         assert needle in text, needle
     settings = json.loads((bundle / "settings.json").read_text())
-    assert settings["settings"]["count"] == 128 and settings["n_images"] == 128
+    assert settings["settings"]["count"] is None and settings["n_images"] == 2048
     assert settings["versions"]["torch"] and settings["resolved_layers_b"]
 
 
@@ -106,7 +104,7 @@ def test_figures_open_and_keep_text_as_text(bundle):
 def test_rerun_resumes_without_recomputing(bundle, capsys):
     cache = sorted((bundle / "cache").glob("*.npz"))
     stamps = {p: p.stat().st_mtime_ns for p in cache}
-    assert report.main(SMALL + ["--out", str(bundle)]) == 0
+    assert report.main(["--out", str(bundle)]) == 0
     out = capsys.readouterr().out
     assert f"{len(cache)} finished part(s) loaded" in out and "not recomputed" in out
     assert all(p.stat().st_mtime_ns == stamps[p] for p in cache)
