@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m helpers.report",
         description="Compare two models with CKA on the same images and write figures, tables, settings, a methods "
                     "paragraph and a summary into --out. With no model names: lite-vit against lite-efficientnet on "
-                    "the generated 'shapes' images (offline, about 1-2 minutes on 2 CPU cores).",
+                    "the generated 'shapes' images (offline, under a minute on 2 CPU cores).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("model_a", nargs="?", default=d.model_a,
                    help="model A (matrix rows): a lite zoo name (lite-vit, lite-resnet, ...) or a timm name "
