@@ -609,7 +609,7 @@ def summary_sentences(results: dict, settings: Settings) -> list:
     for w, name in (("a", A), ("b", B)):
         att = results["attention"][w]
         if att is None:
-            why = "it has no attention layers" if not results["attention_exists"][w] else "not asked for (--attention)"
+            why = "it has no attention layers" if not results["attention_exists"][w] else f"not asked for: --attention {settings.attention}"
             s.append(f"Attention distances of {name}: not applicable ({why}).")
             continue
         d, u = att["distances"], att["uniform"]
@@ -731,6 +731,18 @@ def settings_record(results: dict, settings: Settings) -> dict:
             "versions": versions()}
 
 
+OUTPUT_NAMES = ("within_a", "within_b", "cross", "labels_a", "labels_b", "matched_depth", "label_cka", "label_cka_a",
+                "label_cka_b", "attention_distance_a", "attention_distance_b")
+
+
+def remove_old_outputs(out: Path) -> None:
+    """Delete figures and tables an earlier run wrote (only the report's own file names), so none is left stale."""
+    for folder in (out / "figures", out / "tables"):
+        for path in folder.glob("*"):
+            if path.stem in OUTPUT_NAMES and path.suffix in (".png", ".pdf", ".svg", ".csv", ".npz"):
+                path.unlink()
+
+
 def write_bundle(results: dict, settings: Settings) -> list:
     """Write figures/, tables/, settings.json, METHODS.md and SUMMARY.md into settings.out; returns the paths."""
     import matplotlib.pyplot as plt
@@ -738,6 +750,7 @@ def write_bundle(results: dict, settings: Settings) -> list:
     out = Path(settings.out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
     (out / "tables").mkdir(parents=True, exist_ok=True)
+    remove_old_outputs(out)
     written = []
     for part in results["parts"].values():
         written += write_matrix_tables(part, out / "tables")

@@ -157,3 +157,14 @@ def test_images_of_mixed_sizes_are_resized_by_each_model(tmp_path):
     text = (out / "METHODS.md").read_text()
     assert "24 images" in text and "with class labels" in text
     assert "no order is claimed" in (out / "SUMMARY.md").read_text()
+
+
+def test_other_settings_in_the_same_folder_are_recomputed(tmp_path, capsys):
+    argv = ["lite-resnet", "lite-vit", "--count", "64", "--repeats", "2", "--out", str(tmp_path)]
+    assert report.main(argv) == 0
+    capsys.readouterr()
+    assert report.main(argv[:-2] + ["--batch-size", "32", "--attention", "none", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "recomputed (it was made with other settings)" in out and "loaded" not in out
+    assert not (tmp_path / "figures" / "attention_distance_b.png").exists()  # the first run's figure is not left stale
+    assert "Attention distances of lite-vit: not applicable (not asked for: --attention none)" in (tmp_path / "SUMMARY.md").read_text()
