@@ -664,7 +664,17 @@ def command_line(settings: Settings) -> str:
                 "attention_count", "seed", "threads"):
         if getattr(s, key) != getattr(d, key):
             parts += [f"--{key.replace('_', '-')}", str(getattr(s, key))]
-    return " ".join(parts + ["--out", s.out])
+    return " ".join(parts + ["--out", _shown_path(s.out)])
+
+
+def _shown_path(path) -> str:
+    """A path inside the course repository relative to it (so a bundle names no machine's folders), else as given."""
+    from helpers.course import REPO_ROOT
+
+    try:
+        return str(Path(path).resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
 
 
 def _layer_list(resolved: dict) -> str:
