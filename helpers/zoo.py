@@ -1,4 +1,5 @@
-"""The lite model zoo: small ViTs and ResNets built from timm's own classes, and their recipes.
+"""The lite model zoo: small ViTs, ResNets, an MLP-Mixer and an EfficientNet built from timm's own
+classes, and their recipes.
 
 Module names match the full-size timm models (`blocks.3.attn`, `layer2.1`, ...), so every hook,
 preset and analysis works on both tracks. `build(name)` makes an untrained model;
@@ -10,6 +11,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 import torch
+from timm.models._efficientnet_builder import decode_arch_def
+from timm.models.efficientnet import EfficientNet
+from timm.models.mlp_mixer import MlpMixer
 from timm.models.resnet import BasicBlock, ResNet
 from timm.models.vision_transformer import Block, VisionTransformer
 
@@ -25,7 +29,7 @@ LITE_STD = (0.25, 0.25, 0.25)
 class Recipe:
     """Everything that defines one bundled model: architecture, data and training schedule."""
 
-    arch: str                      # "vit" or "resnet"
+    arch: str                      # "vit", "resnet", "mixer" or "efficientnet"
     seed: int = 0
     data_fraction: float = 1.0     # nested prefix of the shapes training set
     steps: int = 6000              # optimisation steps (the same for every data fraction)
@@ -39,10 +43,20 @@ class Recipe:
                                                    pos_embed="sincos-grid", no_skip_block=None))
     resnet: dict = field(default_factory=lambda: dict(layers=(2, 2, 2, 2), channels=(32, 64, 128, 256),
                                                       stem_width=16))
+    # the ViT's patch grid, width and depth; timm's default token/channel MLP ratios (0.5, 4)
+    mixer: dict = field(default_factory=lambda: dict(embed_dim=64, depth=6, patch_size=4, mlp_ratio=(0.5, 4.0)))
+    # EfficientNet-B0's block types (depthwise-separable, then inverted residuals with squeeze-excite)
+    # in 5 stages sized for 32 x 32 inputs: stride-2 stem, then 16, 8, 4, 4 and 2 px grids like lite-resnet
+    efficientnet: dict = field(default_factory=lambda: dict(
+        arch_def=(("ds_r1_k3_s1_e1_c16_se0.25",), ("ir_r2_k3_s2_e4_c24_se0.25",), ("ir_r2_k5_s2_e4_c40_se0.25",),
+                  ("ir_r2_k3_s1_e4_c80_se0.25",), ("ir_r2_k5_s2_e4_c112_se0.25",)),
+        stem_size=16, num_features=256))
 
     def describe(self) -> dict:
         d = asdict(self)
-        d.pop("resnet" if self.arch == "vit" else "vit")
+        for arch in ("vit", "resnet", "mixer", "efficientnet"):
+            if arch != self.arch:
+                d.pop(arch)
         return d
 
 
@@ -63,6 +77,8 @@ ZOO: dict[str, Recipe] = {
     "lite-vit-data30": _vit(data_fraction=0.30),
     "lite-resnet": Recipe(arch="resnet", steps=3000, lr=2e-3),
     "lite-resnet-seed1": Recipe(arch="resnet", steps=3000, lr=2e-3, seed=1),
+    "lite-mixer": Recipe(arch="mixer"),                        # the ViT's schedule (F10: Mixer vs ViT vs ResNet)
+    "lite-efficientnet": Recipe(arch="efficientnet", steps=3000),   # the ResNet's schedule (your own comparison)
 }
 
 
@@ -140,13 +156,31 @@ def build_resnet(cfg: dict, num_classes: int = 10) -> ResNet:
     return model
 
 
+# --------------------------------------------------------------------------- Mixer and EfficientNet
+
+
+def build_mixer(cfg: dict, num_classes: int = 10) -> MlpMixer:
+    """A timm MLP-Mixer on the lite ViT's 8 x 8 grid of 4-px patches: no attention, no CLS token, average pool."""
+    return MlpMixer(num_classes=num_classes, img_size=shapes.IMAGE_SIZE, patch_size=cfg["patch_size"],
+                    num_blocks=cfg["depth"], embed_dim=cfg["embed_dim"], mlp_ratio=tuple(cfg["mlp_ratio"]))
+
+
+def build_efficientnet(cfg: dict, num_classes: int = 10) -> EfficientNet:
+    """A small timm EfficientNet for 32 x 32 images (block strings in timm's EfficientNet notation)."""
+    return EfficientNet(decode_arch_def([list(stage) for stage in cfg["arch_def"]]), num_classes=num_classes,
+                        stem_size=cfg["stem_size"], num_features=cfg["num_features"])
+
+
+BUILDERS = {"vit": build_vit, "resnet": build_resnet, "mixer": build_mixer, "efficientnet": build_efficientnet}
+
+
 # --------------------------------------------------------------------------- by name
 
 
 def build(name_or_recipe) -> torch.nn.Module:
     """An untrained lite model, by zoo name ('lite-vit') or Recipe, with its data config attached."""
     recipe = ZOO[name_or_recipe] if isinstance(name_or_recipe, str) else name_or_recipe
-    model = build_vit(recipe.vit) if recipe.arch == "vit" else build_resnet(recipe.resnet)
+    model = BUILDERS[recipe.arch](getattr(recipe, recipe.arch))
     model.pretrained_cfg = dict(input_size=(3, shapes.IMAGE_SIZE, shapes.IMAGE_SIZE), mean=LITE_MEAN, std=LITE_STD,
                                 interpolation="bilinear", crop_pct=1.0, num_classes=len(shapes.CLASS_NAMES))
     return model

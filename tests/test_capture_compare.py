@@ -272,3 +272,25 @@ def test_gram_without_equals_the_gram_of_regressed_features():
     assert torch.allclose(gram_without(X @ X.T, covariate), left @ left.T, atol=1e-10)
     with pytest.raises(ValueError, match="one row per image"):
         gram_without(X @ X.T, covariate[:5])
+
+
+@pytest.mark.parametrize("name", ["lite-mixer", "lite-efficientnet"])
+def test_presets_and_policies_work_for_mixers_and_efficientnets(name):
+    torch.manual_seed(0)
+    model = zoo.build(name).eval()
+    x = torch.randn(4, 3, 32, 32)
+    for preset, per_block in (("blocks", 1), ("sublayers", 5)):
+        with torch.no_grad(), Capture(model, preset) as rec:
+            model(x)
+            features = rec.take()
+        if name == "lite-mixer":
+            assert len(features) == per_block * len(model.blocks)
+            assert all(f.shape[0] == 4 for f in features.values())
+    with pytest.raises(ValueError, match="CLS"):
+        Capture(model, "blocks", policy="cls")  # neither has a CLS token
+    if name == "lite-mixer":
+        with torch.no_grad(), Capture(model, "blocks", policy="mean") as rec:
+            model(x)
+            assert rec.take()["block0"].shape == (4, 64)  # the mean over the 64 tokens, one row of 64 channels
+    result = cka_matrix(model, image_set("shapes", count=16), "blocks", batch_size=16, progress=False)
+    np.testing.assert_allclose(np.diag(result.values), 1.0, atol=1e-12)
