@@ -331,9 +331,11 @@ def _compute(settings: Settings, model_a, model_b, images, plan: dict, progress:
                 parts[name].subsamples.append(result)
         attention = {w: cached_attention(settings, w, m, images, cache, log) if plan[w] else None
                      for w, m in (("a", model_a), ("b", model_b))}
+        fields = {w: cached_receptive_fields(settings, w, m, images, cache, log) for w, m in (("a", model_a), ("b", model_b))}
     except (ValueError, TypeError, KeyError) as error:
         raise ReportError(f"{error}") from None
-    return {"parts": parts, "attention": attention, "log": log, "n_images": len(images), "images_name": images.name,
+    return {"parts": parts, "attention": attention, "receptive_fields": fields, "log": log, "n_images": len(images),
+            "images_name": images.name,
             "has_labels": images.labels is not None, "plan": plan,
             "attention_exists": {"a": has_attention(model_a), "b": has_attention(model_b)},
             "model_classes": {"a": type(model_a).__name__, "b": type(model_b).__name__}}
@@ -360,6 +362,42 @@ def cached_attention(settings: Settings, which: str, model, images, cache: Path,
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez(path, distances=distances, uniform=uniform, n_images=n, fingerprint=np.array(fp))
     return {"distances": distances, "uniform": uniform, "n_images": n}
+
+
+RF_IMAGES = 32  # images for the receptive fields, as in the paper (Fig. 6)
+
+
+def cached_receptive_fields(settings: Settings, which: str, model, images, cache: Path, log) -> dict:
+    """{'layers', 'radius_px' (L,), 'uniform_px', 'n_images'}: each recorded layer's effective receptive field
+    (helpers.receptive_fields: |d centre output / d input|, channels summed) summarised by the radius around its
+    centre of mass that holds half the gradient; the first 32 images; cached as an .npz. A model whose layers
+    have no spatial centre (outputs neither (B, N, D) tokens nor (B, C, H, W) maps) gets {'error': why}.
+    """
+    from helpers.data import batches
+    from helpers.guards import evaluating
+    from helpers.receptive_fields import mass_radius, receptive_fields, uniform_mass_radius
+
+    path = cache / f"receptive_fields_{which}.npz"
+    n, fp = min(len(images), RF_IMAGES), settings.fingerprint()
+    if path.exists():
+        with np.load(path, allow_pickle=False) as f:
+            if str(f["fingerprint"]) == fp and int(f["n_images"]) == n:
+                log.append(f"{path.name}: loaded (finished earlier)")
+                return {"layers": [str(x) for x in f["layers"]], "radius_px": f["radius_px"],
+                        "uniform_px": float(f["uniform_px"]), "n_images": n}
+    x = next(batches(subset(images, range(n)), model, n))
+    try:
+        with evaluating(model):
+            fields = receptive_fields(model, x, layers=layers_arg(getattr(settings, f"layers_{which}")))
+    except (ValueError, RuntimeError) as error:
+        log.append(f"receptive fields of model {which.upper()}: not computed ({error})")
+        return {"error": str(error)}
+    layers = list(fields.maps)
+    radius = np.array([mass_radius(fields.maps[k]) for k in layers])
+    uniform = uniform_mass_radius(*x.shape[-2:])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, layers=np.array(layers), radius_px=radius, uniform_px=uniform, n_images=n, fingerprint=np.array(fp))
+    return {"layers": layers, "radius_px": radius, "uniform_px": uniform, "n_images": n}
 
 
 # --------------------------------------------------------------------------- numbers derived from the parts
@@ -439,6 +477,12 @@ def curves(results: dict) -> dict:
             out[f"label_cka_{w}"] = {"layer": list(p.full.rows), "index": list(range(n)),
                                      "relative_depth": [i / max(1, n - 1) for i in range(n)],
                                      "cka": v[:, 0], "ci_low": lo[:, 0], "ci_high": hi[:, 0]}
+        rf = results.get("receptive_fields", {}).get(w)
+        if rf and "error" not in rf:
+            n = len(rf["layers"])
+            out[f"receptive_field_{w}"] = {"layer": rf["layers"], "index": list(range(n)),
+                                           "relative_depth": [i / max(1, n - 1) for i in range(n)],
+                                           "radius_50_px": rf["radius_px"], "uniform_image_px": [rf["uniform_px"]] * n}
         att = results["attention"][w]
         if att is not None:
             d = att["distances"]
@@ -515,6 +559,26 @@ def label_cka_figure(results: dict, settings: Settings):
     return fig
 
 
+def receptive_field_figure(results: dict, settings: Settings):
+    """The radius holding half of each layer's receptive field, both models on a relative-depth axis."""
+    import matplotlib.pyplot as plt
+
+    c = curves(results)
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 2.4))
+    for w, colour, marker in (("a", "#0072B2", "o"), ("b", "#D55E00", "s")):
+        if f"receptive_field_{w}" in c:
+            curve = c[f"receptive_field_{w}"]
+            ax.plot(curve["relative_depth"], curve["radius_50_px"], marker + "-", ms=3, color=colour,
+                    label=getattr(settings, f"model_{w}"))
+            uniform = curve["uniform_image_px"][0]
+    ax.axhline(uniform, ls="--", color="0.4", lw=1, label=f"a field spread over the whole image ({uniform:.1f} px)")
+    ax.set(xlabel="relative depth (first layer 0, last 1)", ylabel="50%-mass radius (px)",
+           title="Effective receptive field by depth")
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=7, frameon=False)
+    return fig
+
+
 def attention_figure(att: dict, name: str):
     """Mean attention distance of every head by block, with the uniform-attention reference."""
     import matplotlib.pyplot as plt
@@ -540,6 +604,8 @@ def figures(results: dict, settings: Settings) -> dict:
             "matched_depth": matched_depth_figure(results, settings)}
     if results["has_labels"]:
         figs["label_cka"] = label_cka_figure(results, settings)
+    if any(f"receptive_field_{w}" in curves(results) for w in ("a", "b")):
+        figs["receptive_fields"] = receptive_field_figure(results, settings)
     for w in ("a", "b"):
         if results["attention"][w] is not None:
             figs[f"attention_distance_{w}"] = attention_figure(results["attention"][w], getattr(settings, f"model_{w}"))
@@ -606,6 +672,16 @@ def summary_sentences(results: dict, settings: Settings) -> list:
                      f"{len(p.full.rows)}, CKA {_v(*(x[k, 0] for x in p.interval()))}).")
     else:
         s.append("The images have no class labels, so CKA with the labels is not computed.")
+    for w, name in (("a", A), ("b", B)):
+        rf = results.get("receptive_fields", {}).get(w)
+        if not rf or "error" in rf:
+            s.append(f"Receptive fields of {name}: not computed ({(rf or {}).get('error', 'not asked for')}).")
+            continue
+        r = rf["radius_px"]
+        s.append(f"Half of the receptive field of {name} lies within {r[0]:.1f} px of its centre at the first recorded "
+                 f"layer ({rf['layers'][0]}) and within {r[-1]:.1f} px at the last ({rf['layers'][-1]}); a field spread "
+                 f"over the whole image would need {rf['uniform_px']:.1f} px (first {rf['n_images']} images, one "
+                 "reading without an interval).")
     for w, name in (("a", A), ("b", B)):
         att = results["attention"][w]
         if att is None:
@@ -707,6 +783,12 @@ def methods_text(results: dict, settings: Settings) -> str:
         n_att = next(a["n_images"] for a in results["attention"].values() if a is not None)
         paragraph += (f" For models with attention, the mean attention distance of each head (in pixels, patch tokens "
                       f"only, attention renormalised over patch keys) is averaged over the first {n_att} images.")
+    fields = [f for f in results.get("receptive_fields", {}).values() if f and "error" not in f]
+    if fields:
+        paragraph += (f" Effective receptive fields (as in Raghu et al., 2021, Fig. 6): the absolute gradient of each "
+                      f"layer's output at its centre location (summed over channels) with respect to the input, "
+                      f"averaged over the first {fields[0]['n_images']} images, summarised by the radius around its "
+                      f"centre of mass that holds half of the gradient.")
     if R:
         paragraph += (
             f" Intervals ({s.level:.0%}) come from {R} disjoint random subsamples of {n // R} images (seed {s.seed}): "
@@ -742,7 +824,8 @@ def settings_record(results: dict, settings: Settings) -> dict:
 
 
 OUTPUT_NAMES = ("within_a", "within_b", "cross", "labels_a", "labels_b", "matched_depth", "label_cka", "label_cka_a",
-                "label_cka_b", "attention_distance_a", "attention_distance_b")
+                "label_cka_b", "attention_distance_a", "attention_distance_b", "receptive_fields", "receptive_field_a",
+                "receptive_field_b")
 
 
 def remove_old_outputs(out: Path) -> None:

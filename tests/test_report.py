@@ -35,12 +35,12 @@ def test_help_explains_every_option(capsys):
 
 
 def test_bundle_has_every_file(bundle):
-    for name in ("within_a", "within_b", "cross", "matched_depth", "label_cka", "attention_distance_a"):
+    for name in ("within_a", "within_b", "cross", "matched_depth", "label_cka", "attention_distance_a", "receptive_fields"):
         for ext in ("png", "pdf", "svg"):
             assert (bundle / "figures" / f"{name}.{ext}").stat().st_size > 0
     assert not (bundle / "figures" / "attention_distance_b.png").exists()  # lite-efficientnet has no attention
     for name in ("within_a", "within_b", "cross", "labels_a", "labels_b", "matched_depth", "label_cka_a",
-                 "label_cka_b", "attention_distance_a"):
+                 "label_cka_b", "attention_distance_a", "receptive_field_a", "receptive_field_b"):
         assert (bundle / "tables" / f"{name}.csv").exists() and (bundle / "tables" / f"{name}.npz").exists()
     for name in ("settings.json", "METHODS.md", "SUMMARY.md"):
         assert (bundle / name).stat().st_size > 0
@@ -89,6 +89,24 @@ def test_summary_sentences_carry_the_written_numbers(bundle):
         v, lo, hi = f["values"][-1, -1], f["ci_low"][-1, -1], f["ci_high"][-1, -1]
     assert f"{v:.2f} [{lo:.2f}, {hi:.2f}]" in text
     assert "lite-efficientnet: not applicable (it has no attention layers)" in text
+    with np.load(bundle / "tables" / "receptive_field_b.npz") as f:
+        radius = f["radius_50_px"]
+    assert f"within {radius[0]:.1f} px of its centre at the first recorded layer" in text
+
+
+def test_receptive_fields_match_the_helper_on_the_same_images(bundle):
+    """The report's radius of lite-efficientnet's first block is the helper's, on the first 32 images."""
+    from helpers import models
+    from helpers.data import batches, image_set
+    from helpers.receptive_fields import mass_radius, receptive_fields
+
+    model = models.load("lite-efficientnet", device="cpu")
+    images = image_set("shapes")  # the report's images, in the same fixed order
+    x = next(batches(images, model, 32))
+    expected = mass_radius(receptive_fields(model, x, layers=["blocks.0.0"]).maps["blocks.0.0"])
+    with np.load(bundle / "tables" / "receptive_field_b.npz") as f:
+        assert f["layer"][0] == "blocks.0.0"
+        assert f["radius_50_px"][0] == pytest.approx(expected, abs=1e-6)
 
 
 def test_figures_open_and_keep_text_as_text(bundle):
