@@ -45,34 +45,25 @@ class Tap:
 # --------------------------------------------------------------------------- presets
 
 
-def _vit_taps(model, preset):
+# (label, module inside the block, output or input) of the "sublayers" preset; "" is the block itself
+VIT_SUBLAYERS = [("norm1", "norm1", "output"), ("attn", "attn", "output"), ("resid", "norm2", "input"),
+                 ("norm2", "norm2", "output"), ("mlp", "mlp.act", "output"), ("out", "", "output")]
+# MLP-Mixer blocks: x = x + mlp_tokens(norm1(x)^T)^T, then x = x + mlp_channels(norm2(x)). The token-mixing
+# MLP works on the transposed (B, D, N) tensor, so its own output is not one row per token; the stream
+# after token mixing (the input of norm2) stands for it, as "resid" does for a ViT's attention.
+MIXER_SUBLAYERS = [("norm1", "norm1", "output"), ("resid", "norm2", "input"), ("norm2", "norm2", "output"),
+                   ("mlp", "mlp_channels.act", "output"), ("out", "", "output")]
+
+
+def _block_taps(model, preset, sublayers):
+    """Taps of a model made of `model.blocks`: one per block ("blocks"), or the given sublayers of each."""
     taps = []
     for i in range(len(model.blocks)):
         b = f"blocks.{i}"
         if preset == "blocks":
             taps.append(Tap(f"block{i}", b))
         else:
-            taps += [Tap(f"b{i}.norm1", f"{b}.norm1"), Tap(f"b{i}.attn", f"{b}.attn"),
-                     Tap(f"b{i}.resid", f"{b}.norm2", "input"), Tap(f"b{i}.norm2", f"{b}.norm2"),
-                     Tap(f"b{i}.mlp", f"{b}.mlp.act"), Tap(f"b{i}.out", b)]
-    return taps
-
-
-def _mixer_taps(model, preset):
-    """MLP-Mixer blocks: x = x + mlp_tokens(norm1(x)^T)^T, then x = x + mlp_channels(norm2(x)).
-
-    The token-mixing MLP works on the transposed (B, D, N) tensor, so its own output is not one row
-    per token; the stream after token mixing (the input of norm2) stands for it, as "resid" does for
-    a ViT's attention.
-    """
-    taps = []
-    for i in range(len(model.blocks)):
-        b = f"blocks.{i}"
-        if preset == "blocks":
-            taps.append(Tap(f"block{i}", b))
-        else:
-            taps += [Tap(f"b{i}.norm1", f"{b}.norm1"), Tap(f"b{i}.resid", f"{b}.norm2", "input"),
-                     Tap(f"b{i}.norm2", f"{b}.norm2"), Tap(f"b{i}.mlp", f"{b}.mlp_channels.act"), Tap(f"b{i}.out", b)]
+            taps += [Tap(f"b{i}.{label}", f"{b}.{module}" if module else b, where) for label, module, where in sublayers]
     return taps
 
 
@@ -119,9 +110,9 @@ def resolve(model, layers) -> list:
     names = [n for n, _ in model.named_modules() if n]
     if isinstance(layers, str) and layers in ("blocks", "sublayers"):
         if hasattr(model, "blocks") and hasattr(model, "patch_embed"):
-            taps = _vit_taps(model, layers)
+            taps = _block_taps(model, layers, VIT_SUBLAYERS)
         elif is_mixer(model):
-            taps = _mixer_taps(model, layers)
+            taps = _block_taps(model, layers, MIXER_SUBLAYERS)
         else:
             taps = _cnn_taps(model, layers)
         if taps is None:

@@ -9,3 +9,23 @@ import os
 os.environ["COURSE_TRACK"] = "lite"
 os.environ.setdefault("COURSE_DEVICE", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never wait on the network in tests
+
+
+import pytest  # noqa: E402  (after the environment is set, before any helpers import)
+import torch  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def vit():
+    """An untrained lite ViT (seeded), in eval mode: one per test module, shared by its tests."""
+    from helpers import zoo
+    torch.manual_seed(0)
+    return zoo.build("lite-vit").eval()
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    """An untrained lite ResNet (seeded), in eval mode: one per test module."""
+    from helpers import zoo
+    torch.manual_seed(0)
+    return zoo.build("lite-resnet").eval()

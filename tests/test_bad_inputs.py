@@ -16,18 +16,6 @@ from helpers.minibatch_cka import CKAMatrix
 
 
 @pytest.fixture(scope="module")
-def vit():
-    torch.manual_seed(0)
-    return zoo.build("lite-vit").eval()
-
-
-@pytest.fixture(scope="module")
-def resnet():
-    torch.manual_seed(0)
-    return zoo.build("lite-resnet").eval()
-
-
-@pytest.fixture(scope="module")
 def images():
     return image_set("shapes", count=32)
 

@@ -11,18 +11,6 @@ from helpers.compare import cka_matrix
 from helpers.data import image_set
 
 
-@pytest.fixture(scope="module")
-def vit():
-    torch.manual_seed(0)
-    return zoo.build("lite-vit").eval()
-
-
-@pytest.fixture(scope="module")
-def resnet():
-    torch.manual_seed(0)
-    return zoo.build("lite-resnet").eval()
-
-
 def n_hooks(model):
     return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
 
