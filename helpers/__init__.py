@@ -7,8 +7,15 @@ One module per idea:
     capture        forward hooks by preset, name or pattern; token policies
     compare        cka_matrix: CKA between every layer of one or two models over many images
     attention      attention maps of timm ViTs; mean attention distance
+    receptive_fields  effective receptive fields from input gradients (F4)
+    residuals      norm ratios of skip connection and branch (F5)
+    localization   CKA of final-block tokens with every input patch (F7)
+    probes         closed-form ridge probes (F8, F9)
+    intervals      intervals for CKA values from disjoint subsamples
+    report         python -m helpers.report: two models, one report bundle
+    guards         checks of what is passed in; models returned in the mode they came in
     shapes, data   the generated lite dataset; image sets with each model's preprocessing
-    zoo, train     the lite models (timm classes) and their training
+    zoo, train     the lite models (timm ViTs, ResNets, a Mixer, an EfficientNet) and their training
     models         load any model by name on either track; the track chooser
     course, plots  notebook set-up (paths, seeds, device) and the figure style
 """
