@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
+from helpers.guards import check_model
+
 POLICIES = ("all", "cls", "spatial", "mean")
 
 
@@ -65,6 +67,11 @@ def _block_taps(model, preset, sublayers):
         else:
             taps += [Tap(f"b{i}.{label}", f"{b}.{module}" if module else b, where) for label, module, where in sublayers]
     return taps
+
+
+def is_vit(model) -> bool:
+    """A timm VisionTransformer (or anything built like one: .blocks and .patch_embed)."""
+    return hasattr(model, "blocks") and hasattr(model, "patch_embed")
 
 
 def is_mixer(model) -> bool:
@@ -109,7 +116,7 @@ def resolve(model, layers) -> list:
     _check_layers_type(layers)
     names = [n for n, _ in model.named_modules() if n]
     if isinstance(layers, str) and layers in ("blocks", "sublayers"):
-        if hasattr(model, "blocks") and hasattr(model, "patch_embed"):
+        if is_vit(model):
             taps = _block_taps(model, layers, VIT_SUBLAYERS)
         elif is_mixer(model):
             taps = _block_taps(model, layers, MIXER_SUBLAYERS)
@@ -203,9 +210,7 @@ class Capture:
     """
 
     def __init__(self, model, layers="blocks", policy: str = "all", transform=None, on_repeat: str = "error"):
-        if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"Capture needs a torch.nn.Module, got {type(model).__name__}. Load a name first: "
-                            "helpers.models.load('lite-vit').")
+        check_model(model)  # a module, not a name: load names first with helpers.models.load
         if policy not in POLICIES:
             raise ValueError(f"Unknown token policy '{policy}'; choose one of {POLICIES}.")
         if on_repeat not in ("error", "last"):

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from helpers import models
 from helpers.attention import attention_of_heads
-from helpers.capture import Capture
+from helpers.capture import Capture, is_vit
 from helpers.data import ImageSet, batches
 from helpers.guards import check_batch_size, check_images, check_int, check_model, evaluating
 from helpers.minibatch_cka import CKAMatrix, MinibatchCKA, centered_gram
@@ -48,12 +48,22 @@ def _label(model) -> str:
     return model if isinstance(model, str) else type(model).__name__
 
 
-def _gram_capture(model, layers, policy, which: str) -> Capture:
-    """A Capture that turns each layer into its Gram; a bad layer or policy names the argument."""
+def _gram_capture(model, layers, policy, which: str = "") -> Capture:
+    """A Capture that turns each layer into its Gram; a bad layer or policy names the argument
+    (layers_a / policy_b ... for `which` "a" or "b", plain layers / policy otherwise)."""
     try:
         return Capture(model, layers, policy, transform=_gram_of_rows)
     except (ValueError, TypeError) as error:
-        raise type(error)(f"Model {which.upper()} (layers_{which}={layers!r}, policy_{which}={policy!r}): {error}") from None
+        suffix = f"_{which}" if which else ""
+        where = f"Model {which.upper()} (" if which else "("
+        raise type(error)(f"{where}layers{suffix}={layers!r}, policy{suffix}={policy!r}): {error}") from None
+
+
+def _too_small(n: int) -> bool:
+    """True, with a printed note, for a last batch of 1-3 images: it cannot give an unbiased estimate."""
+    if n < 4:
+        print(f"Note: the last {n} image(s) were skipped (a batch needs at least 4).")
+    return n < 4
 
 
 def _resolved(capture: Capture) -> dict:
@@ -112,9 +122,8 @@ def cka_matrix(model_a, images: ImageSet, layers_a="blocks", model_b=None, layer
             stack.enter_context(evaluating(model_b))
             stack.enter_context(capture_b)
         for x_a in tqdm(stream_a, total=n_batches, desc="CKA", disable=not progress):
-            if len(x_a) < 4:  # a last batch of 1-3 images cannot give an unbiased estimate: skip it, say so
+            if _too_small(len(x_a)):
                 skipped = len(x_a)
-                print(f"Note: the last {skipped} image(s) were skipped (a batch needs at least 4).")
                 break
             model_a(x_a)
             grams_a = _stacked_grams(capture_a)
@@ -147,7 +156,7 @@ def head_groups_cka(vit, cnn, images: ImageSet, head_groups: dict, cnn_layers, b
     check_images(images)
     batch_size = check_batch_size(batch_size)
     _check_enough(images)
-    if not (hasattr(vit, "blocks") and hasattr(vit, "patch_embed")):
+    if not is_vit(vit):
         raise TypeError(f"vit must be a timm VisionTransformer (attention heads), got {type(vit).__name__}.")
     block = check_int(block, "block", 0)
     if block >= len(vit.blocks):
@@ -165,8 +174,7 @@ def head_groups_cka(vit, cnn, images: ImageSet, head_groups: dict, cnn_layers, b
     with torch.no_grad(), evaluating(vit), evaluating(cnn), capture:
         for x_vit, x_cnn in tqdm(zip(batches(images, vit, batch_size), batches(images, cnn, batch_size)),
                                  total=n_batches, desc="CKA", disable=not progress):
-            if len(x_vit) < 4:
-                print(f"Note: the last {len(x_vit)} image(s) were skipped (a batch needs at least 4).")
+            if _too_small(len(x_vit)):
                 break
             outputs = attention_of_heads(vit, x_vit, block)[:, :, prefix:]  # (B, heads, patches, head_dim)
             groups = [outputs[:, group].flatten(1) for group in head_groups.values()]
@@ -212,16 +220,12 @@ def label_cka(model, images: ImageSet, layers="blocks", policy: str = "all", bat
     one_hot = torch.nn.functional.one_hot(class_indices(images)).float()
     start = time.time()
     model = _model(model, "model")
-    try:
-        capture = Capture(model, layers, policy, transform=_gram_of_rows)
-    except (ValueError, TypeError) as error:
-        raise type(error)(f"layers={layers!r}, policy={policy!r}: {error}") from None
+    capture = _gram_capture(model, layers, policy)
     accumulator = MinibatchCKA(capture.labels, ["class labels"])
     seen = 0
     with torch.no_grad(), evaluating(model), capture:
         for x in tqdm(batches(images, model, batch_size), total=-(-len(images) // batch_size), desc="CKA", disable=not progress):
-            if len(x) < 4:
-                print(f"Note: the last {len(x)} image(s) were skipped (a batch needs at least 4).")
+            if _too_small(len(x)):
                 break
             model(x)
             label_gram = centered_gram(one_hot[seen:seen + len(x)].to(x.device))[None]
@@ -322,10 +326,10 @@ def within_class_cka(model_a, model_b, images: ImageSet, layers_a="blocks", laye
     features_a = {k: remove_class_means(v, labels) for k, v in pooled_features(model_a, images, layers_a, policy_a, batch_size).items()}
     features_b = {k: remove_class_means(v, labels) for k, v in pooled_features(model_b, images, layers_b, policy_b, batch_size).items()}
     accumulator = MinibatchCKA(list(features_a), list(features_b))
-    if len(images) % batch_size and len(images) % batch_size < 4:  # a last batch of 1-3 images cannot be used
-        print(f"Note: the last {len(images) % batch_size} image(s) were skipped (a batch needs at least 4).")
-    for begin in range(0, len(images) - 3, batch_size):
+    for begin in range(0, len(images), batch_size):
         stop = begin + batch_size
+        if _too_small(min(stop, len(images)) - begin):
+            break
         accumulator.update([f[begin:stop] for f in features_a.values()], [f[begin:stop] for f in features_b.values()])
     info = {"model_a": _label(model_a), "model_b": _label(model_b), "layers_a": str(layers_a), "layers_b": str(layers_b),
             "policy_a": policy_a, "policy_b": policy_b, "class_means_removed": True, "images": images.name, "batch_size": batch_size,

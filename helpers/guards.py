@@ -50,8 +50,8 @@ def check_images(images, name: str = "images"):
 def check_model(model, name: str = "model") -> torch.nn.Module:
     """`model` must be a torch module (callers load names with helpers.models.load first)."""
     if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"{name} must be a torch.nn.Module or a model name such as 'lite-vit' or 'resnet50', "
-                        f"got {type(model).__name__}.")
+        raise TypeError(f"{name} must be a torch.nn.Module, got {type(model).__name__}. Load a model by name first: "
+                        "helpers.models.load('lite-vit') (or any timm name such as 'resnet50').")
     return model
 
 

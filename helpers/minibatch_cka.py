@@ -100,12 +100,12 @@ class CKAMatrix:
         with f:
             if {"values", "info"} - set(f.files):
                 raise ValueError(not_ours)
-        try:
-            with np.load(path, allow_pickle=False) as f:
+            try:
                 info, values = json.loads(str(f["info"])), f["values"]
+            except (OSError, EOFError, zipfile.BadZipFile, json.JSONDecodeError):
+                raise ValueError(f"{path} is corrupt or truncated: it cannot be read as a CKA matrix. Recompute it.") from None
+        try:
             return cls(values=values, **info)
-        except (OSError, EOFError, zipfile.BadZipFile, json.JSONDecodeError):
-            raise ValueError(f"{path} is corrupt or truncated: it cannot be read as a CKA matrix. Recompute it.") from None
         except (TypeError, ValueError) as error:
             raise ValueError(f"{path} does not hold a valid CKA matrix ({error}). Recompute it.") from None
 

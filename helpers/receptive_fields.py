@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from helpers import capture
+from helpers.capture import is_vit
 
 MAX_IMAGES = 32  # the paper: "32 randomly-selected images"
 PRESETS = ("post", "pre", "both")
@@ -82,10 +83,6 @@ class ReceptiveFields:
 
 
 # --------------------------------------------------------------------------- which layers
-
-
-def is_vit(model) -> bool:
-    return hasattr(model, "blocks") and hasattr(model, "patch_embed")
 
 
 def _vit_targets(model, preset):

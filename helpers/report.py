@@ -341,6 +341,20 @@ def _compute(settings: Settings, model_a, model_b, images, plan: dict, progress:
             "model_classes": {"a": type(model_a).__name__, "b": type(model_b).__name__}}
 
 
+def cached_arrays(path: Path, fingerprint: str, n_images: int, compute, log) -> dict:
+    """{name: numpy array} saved at `path` by an earlier run with the same settings and image count,
+    else compute() (a dict of arrays), saved there with both and returned."""
+    if path.exists():
+        with np.load(path, allow_pickle=False) as f:
+            if str(f["fingerprint"]) == fingerprint and int(f["n_images"]) == n_images:
+                log.append(f"{path.name}: loaded (finished earlier)")
+                return {k: f[k] for k in f.files if k not in ("fingerprint", "n_images")}
+    arrays = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, **arrays, n_images=n_images, fingerprint=np.array(fingerprint))
+    return arrays
+
+
 def cached_attention(settings: Settings, which: str, model, images, cache: Path, log) -> dict:
     """{'distances': (blocks, heads) px, 'uniform': px of a uniform head, 'n_images': n}, cached as an .npz.
 
@@ -348,20 +362,16 @@ def cached_attention(settings: Settings, which: str, model, images, cache: Path,
     """
     from helpers.attention import attention_distance_table, uniform_attention_distance
 
-    path = cache / f"attention_{which}.npz"
-    n, fp = min(len(images), settings.attention_count), settings.fingerprint()
-    if path.exists():
-        with np.load(path, allow_pickle=False) as f:
-            if str(f["fingerprint"]) == fp and int(f["n_images"]) == n:
-                log.append(f"{path.name}: loaded (finished earlier)")
-                return {"distances": f["distances"], "uniform": float(f["uniform"]), "n_images": n}
-    distances = attention_distance_table(model, subset(images, range(n)), batch_size=min(64, settings.batch_size))
-    size = model.patch_embed.patch_size
-    patch = int(size[0] if isinstance(size, (tuple, list)) else size)
-    uniform = uniform_attention_distance(int(round(model.patch_embed.num_patches ** 0.5)), patch)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, distances=distances, uniform=uniform, n_images=n, fingerprint=np.array(fp))
-    return {"distances": distances, "uniform": uniform, "n_images": n}
+    n = min(len(images), settings.attention_count)
+
+    def compute():
+        size = model.patch_embed.patch_size
+        patch = int(size[0] if isinstance(size, (tuple, list)) else size)
+        return {"distances": attention_distance_table(model, subset(images, range(n)), batch_size=min(64, settings.batch_size)),
+                "uniform": np.array(uniform_attention_distance(int(round(model.patch_embed.num_patches ** 0.5)), patch))}
+
+    arrays = cached_arrays(cache / f"attention_{which}.npz", settings.fingerprint(), n, compute, log)
+    return {"distances": arrays["distances"], "uniform": float(arrays["uniform"]), "n_images": n}
 
 
 RF_IMAGES = 32  # images for the receptive fields, as in the paper (Fig. 6)
@@ -374,30 +384,23 @@ def cached_receptive_fields(settings: Settings, which: str, model, images, cache
     have no spatial centre (outputs neither (B, N, D) tokens nor (B, C, H, W) maps) gets {'error': why}.
     """
     from helpers.data import batches
-    from helpers.guards import evaluating
     from helpers.receptive_fields import mass_radius, receptive_fields, uniform_mass_radius
 
-    path = cache / f"receptive_fields_{which}.npz"
-    n, fp = min(len(images), RF_IMAGES), settings.fingerprint()
-    if path.exists():
-        with np.load(path, allow_pickle=False) as f:
-            if str(f["fingerprint"]) == fp and int(f["n_images"]) == n:
-                log.append(f"{path.name}: loaded (finished earlier)")
-                return {"layers": [str(x) for x in f["layers"]], "radius_px": f["radius_px"],
-                        "uniform_px": float(f["uniform_px"]), "n_images": n}
-    x = next(batches(subset(images, range(n)), model, n))
+    n = min(len(images), RF_IMAGES)
+
+    def compute():
+        x = next(batches(subset(images, range(n)), model, n))
+        maps = receptive_fields(model, x, layers=layers_arg(getattr(settings, f"layers_{which}"))).maps
+        return {"layers": np.array(list(maps)), "radius_px": np.array([mass_radius(m) for m in maps.values()]),
+                "uniform_px": np.array(uniform_mass_radius(*x.shape[-2:]))}
+
     try:
-        with evaluating(model):
-            fields = receptive_fields(model, x, layers=layers_arg(getattr(settings, f"layers_{which}")))
+        arrays = cached_arrays(cache / f"receptive_fields_{which}.npz", settings.fingerprint(), n, compute, log)
     except (ValueError, RuntimeError) as error:
         log.append(f"receptive fields of model {which.upper()}: not computed ({error})")
         return {"error": str(error)}
-    layers = list(fields.maps)
-    radius = np.array([mass_radius(fields.maps[k]) for k in layers])
-    uniform = uniform_mass_radius(*x.shape[-2:])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, layers=np.array(layers), radius_px=radius, uniform_px=uniform, n_images=n, fingerprint=np.array(fp))
-    return {"layers": layers, "radius_px": radius, "uniform_px": uniform, "n_images": n}
+    return {"layers": [str(x) for x in arrays["layers"]], "radius_px": arrays["radius_px"],
+            "uniform_px": float(arrays["uniform_px"]), "n_images": n}
 
 
 # --------------------------------------------------------------------------- numbers derived from the parts

@@ -30,7 +30,8 @@ import numpy as np
 import torch
 from timm.models.vision_transformer import Block
 
-from helpers.receptive_fields import _resnet_branch, is_vit
+from helpers.capture import is_vit
+from helpers.receptive_fields import _resnet_branch
 
 
 @dataclass
