@@ -15,7 +15,7 @@ Layers can be given as
   - glob patterns ("layer*.?", "blocks.*.mlp.act").
 
 Token policies turn a ViT's (B, N, D) token outputs into one row per image:
-  "all"     all tokens flattened, CLS included: (B, N*D). The default, as PAPER_SPEC.md recommends.
+  "all"     all tokens flattened, CLS included: (B, N*D). The default (the paper does not say which it used).
   "cls"     the prefix (CLS) token(s) only: (B, prefix*D).
   "spatial" the patch tokens only, flattened: (B, patches*D).
   "mean"    the mean of the patch tokens: (B, D).

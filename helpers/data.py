@@ -58,7 +58,7 @@ def _check_count(count, available: int, source: str) -> int:
     """
     if count is None:
         return available
-    count = check_int(count, "count", 1)
+    count = check_int(count, "count", 1, "Give how many images to use, or leave count out for all of them.")
     if count > available:
         print(f"Note: {count:,} images were asked for but '{source}' has {available:,}; using all {available:,}.")
         return available

@@ -18,18 +18,19 @@ import numpy as np
 import torch
 
 
-def check_int(value, name: str, minimum: int) -> int:
-    """`value` as an int >= minimum; bools, floats and strings are refused."""
+def check_int(value, name: str, minimum: int, hint: str = "") -> int:
+    """`value` as an int >= minimum; bools, floats and strings are refused. `hint`: what to do, for the message."""
+    advice = f" {hint}" if hint else ""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be a whole number (an int), got {value!r} of type {type(value).__name__}.")
+        raise TypeError(f"{name} must be a whole number (an int), got {value!r} of type {type(value).__name__}.{advice}")
     if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}.")
+        raise ValueError(f"{name} must be at least {minimum}, got {value}.{advice}")
     return int(value)
 
 
 def check_batch_size(batch_size) -> int:
     """Images per minibatch: an int >= 4 (unbiased HSIC needs 4 examples; 64 or more give useful values)."""
-    return check_int(batch_size, "batch_size", 4)
+    return check_int(batch_size, "batch_size", 4, "Unbiased HSIC needs 4 images per batch; use 64-256 for useful values.")
 
 
 def check_images(images, name: str = "images"):

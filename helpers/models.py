@@ -28,7 +28,7 @@ from helpers.course import DATA_DIR, pick_device
 MODELS_DIR = DATA_DIR / "models"
 TRACK_ENV = "COURSE_TRACK"
 
-# The models each track uses for the paper's main comparisons (PAPER_SPEC.md §3 stand-ins).
+# The models each track uses for the paper's main comparisons (public stand-ins for the paper's models).
 # The "second run" of each model is the reference for how similar two trainings of the same
 # architecture get; on the full track no second seed is public, so another training run of the
 # same architecture stands in.

@@ -3,7 +3,7 @@
 z is what the skip connection carries, f(z) what the long branch adds to it. A high ratio means
 the representation mostly passes through the skip connection unchanged.
 
-timm ViT block (PAPER_SPEC.md F5; LayerNorm and LayerScale belong to the branch):
+timm ViT block (the paper's Fig. 7; LayerNorm and LayerScale belong to the branch):
     attention: z = the block input,                   f(z) = ls1(attn(norm1(z)))
     MLP:       z = the stream after attention (u),    f(u) = ls2(mlp(norm2(u)))
 ratio[block, token] = mean over images of ||z_token|| / ||f(z)_token|| (norms over channels): a mean
