@@ -16,6 +16,9 @@ import re
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from launch import apply_launch, launch_config  # noqa: E402  (the student copies' own launch links)
+
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE_DIR = ROOT / "notebooks"
 STUDENT_DIR = SOURCE_DIR / "student"
@@ -70,11 +73,12 @@ def render(notebook: dict) -> str:
 
 def expected_copies() -> dict:
     """{student copy path: its text} for every source notebook that has exercises."""
-    copies = {}
+    copies, (slug, branch) = {}, launch_config()
     for path in sorted(SOURCE_DIR.glob("[0-9][0-9]_*.ipynb")):
         notebook = json.loads(path.read_text(encoding="utf-8"))
         if has_exercises(notebook):
-            copies[STUDENT_DIR / path.name] = render(student_version(notebook))
+            copy_ = apply_launch(student_version(notebook), f"notebooks/student/{path.name}", slug, branch)
+            copies[STUDENT_DIR / path.name] = render(copy_)
     return copies
 
 
