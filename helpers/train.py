@@ -51,6 +51,27 @@ def augment(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     return padded.permute(0, 2, 3, 1)[torch.arange(B)[:, None, None], rows, cols].permute(0, 3, 1, 2)
 
 
+def cutmix(images: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """Paste one box from a shuffled copy of the batch into every image (Yun et al. 2019).
+
+    images: (B, C, H, W). The box's area fraction is drawn from Beta(1, 1), i.e. uniform; its centre is
+    uniform and it is clipped at the borders. Returns (mixed images, the permutation whose labels fill
+    the box, the fraction of each image that keeps its own label). Why it is in the recipe: with whole
+    images the task is solved from global cues; a box of another class makes local evidence matter,
+    which is what lets local attention heads form in small ViTs (see data/README.md).
+    """
+    B, _, H, W = images.shape
+    area = float(torch.rand((), generator=generator))  # Beta(1, 1)
+    cut_h, cut_w = round(H * math.sqrt(area)), round(W * math.sqrt(area))
+    cy, cx = (int(torch.randint(0, n, (), generator=generator)) for n in (H, W))
+    top, bottom = max(cy - cut_h // 2, 0), min(cy + cut_h - cut_h // 2, H)
+    left, right = max(cx - cut_w // 2, 0), min(cx + cut_w - cut_w // 2, W)
+    order = torch.randperm(B, generator=generator)
+    mixed = images.clone()
+    mixed[:, :, top:bottom, left:right] = images[order, :, top:bottom, left:right]
+    return mixed, order, 1.0 - (bottom - top) * (right - left) / (H * W)
+
+
 def lr_at(step: int, recipe: zoo.Recipe) -> float:
     """Linear warm-up, then cosine decay to zero."""
     warmup = max(1, int(recipe.warmup_frac * recipe.steps))
@@ -89,8 +110,14 @@ def train(model, recipe: zoo.Recipe, progress: bool = True, probe_every: int = 0
     bar = tqdm(range(recipe.steps), desc="training", disable=not progress, mininterval=5)
     for step in bar:
         idx = torch.randint(0, len(images), (recipe.batch_size,), generator=generator)
-        x = normalise(augment(images[idx], generator))
-        loss = F.cross_entropy(model(x), labels[idx], label_smoothing=recipe.label_smoothing)
+        x, y = augment(images[idx], generator), labels[idx]
+        if recipe.cutmix:
+            x, order, own = cutmix(x, generator)
+            logits = model(normalise(x))
+            loss = (own * F.cross_entropy(logits, y, label_smoothing=recipe.label_smoothing)
+                    + (1 - own) * F.cross_entropy(logits, y[order], label_smoothing=recipe.label_smoothing))
+        else:
+            loss = F.cross_entropy(model(normalise(x)), y, label_smoothing=recipe.label_smoothing)
         for group in optimiser.param_groups:
             group["lr"] = lr_at(step, recipe)
         optimiser.zero_grad(set_to_none=True)
@@ -151,10 +178,24 @@ def reproducing_command(argv: list) -> str:
     return "python -m helpers.train " + " ".join(kept)
 
 
+def experiment(recipe: zoo.Recipe, steps=None, seed=None, cutmix=None, heads=None) -> zoo.Recipe:
+    """The recipe with the command line's overrides (None keeps the recipe's value)."""
+    changes = {k: v for k, v in dict(steps=steps, seed=seed, cutmix=cutmix).items() if v is not None}
+    if heads is not None:
+        if recipe.arch != "vit":
+            raise SystemExit(f"--heads is for ViTs; this recipe's architecture is {recipe.arch!r}.")
+        changes["vit"] = {**recipe.vit, "num_heads": heads}
+    return replace(recipe, **changes)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("name", choices=sorted(zoo.ZOO), help="which zoo model to train")
     parser.add_argument("--steps", type=int, help="override the recipe's number of steps (experiments)")
+    parser.add_argument("--seed", type=int, help="override the recipe's seed (experiments)")
+    parser.add_argument("--cutmix", action=argparse.BooleanOptionalAction, default=None,
+                        help="override the recipe's CutMix setting (experiments)")
+    parser.add_argument("--heads", type=int, help="ViTs: override the number of attention heads per block (experiments)")
     parser.add_argument("--probe-every", type=int, default=0, metavar="N",
                         help="ViTs: measure attention distances every N steps and keep them in the card")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads for torch (default 2)")
@@ -162,7 +203,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
-    recipe = zoo.ZOO[args.name] if args.steps is None else replace(zoo.ZOO[args.name], steps=args.steps)
+    recipe = experiment(zoo.ZOO[args.name], steps=args.steps, seed=args.seed, cutmix=args.cutmix, heads=args.heads)
     torch.manual_seed(recipe.seed)  # the initial weights, too, follow from the recipe's seed
     model = zoo.build(recipe)
     log = train(model, recipe, probe_every=args.probe_every if recipe.arch == "vit" else 0)

@@ -38,6 +38,7 @@ class Recipe:
     weight_decay: float = 0.05
     warmup_frac: float = 0.03
     label_smoothing: float = 0.1
+    cutmix: bool = False           # paste a box from another image into every batch, mix the labels by area
     vit: dict = field(default_factory=lambda: dict(embed_dim=64, depth=6, num_heads=4, mlp_ratio=2.0,
                                                    patch_size=4, class_token=True, global_pool="token",
                                                    pos_embed="sincos-grid", no_skip_block=None))

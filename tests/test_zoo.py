@@ -45,3 +45,22 @@ def test_every_zoo_model_is_bundled_with_weights_and_a_card():
     for name in zoo.ZOO:
         assert (models.MODELS_DIR / f"{name}.safetensors").is_file(), f"{name}: no weights; train it with python -m helpers.train {name}"
         assert (models.MODELS_DIR / f"{name}.json").is_file(), f"{name}: no model card"
+
+
+def test_cutmix_pastes_one_box_and_reports_the_area_each_label_keeps():
+    from helpers.train import cutmix, experiment
+
+    images = torch.arange(8, dtype=torch.float32)[:, None, None, None].expand(8, 3, 32, 32).contiguous()
+    for seed in range(20):
+        mixed, order, own = cutmix(images, torch.Generator().manual_seed(seed))
+        assert mixed.shape == images.shape and 0.0 <= own <= 1.0
+        for i in range(8):
+            kept = (mixed[i, 0] == i).float().mean().item()
+            expected = own if order[i] != i else 1.0  # an image mixed with itself keeps everything
+            assert abs(kept - expected) < 1e-6, (seed, i)
+    again = cutmix(images, torch.Generator().manual_seed(3))
+    assert torch.equal(again[0], cutmix(images, torch.Generator().manual_seed(3))[0])
+    recipe = experiment(zoo.ZOO["lite-vit"], cutmix=True, heads=8, seed=2)
+    assert (recipe.cutmix, recipe.vit["num_heads"], recipe.seed, recipe.vit["embed_dim"]) == (True, 8, 2, 64)
+    with pytest.raises(SystemExit, match="--heads is for ViTs"):
+        experiment(zoo.ZOO["lite-resnet"], heads=8)
