@@ -33,7 +33,9 @@ from helpers.course import DATA_DIR
 from helpers.guards import check_int
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
-DOWNLOAD_DIR = DATA_DIR / "downloads"  # git-ignored
+# where downloaded image sets live (git-ignored); COURSE_DOWNLOAD_DIR puts them elsewhere (a Drive folder, say)
+DOWNLOAD_DIR = Path(os.environ.get("COURSE_DOWNLOAD_DIR") or DATA_DIR / "downloads")
+MAX_IMAGES_ENV = "COURSE_MAX_IMAGES"  # caps every image set (a quick trial run; the full-track rehearsal uses it)
 
 
 @dataclass
@@ -54,15 +56,32 @@ def _check_count(count, available: int, source: str) -> int:
     """How many images to use: `count` (an int >= 1) or all `available`; never more than exist.
 
     Asking for more than exist gives all of them, with a printed line saying so, so that a
-    text promising 5,000 images cannot silently run on 3,925.
+    text promising 5,000 images cannot silently run on 3,925. COURSE_MAX_IMAGES=N caps the
+    result at N (also said), for a quick trial run.
     """
+    if count is not None:
+        count = check_int(count, "count", 1, "Give how many images to use, or leave count out for all of them.")
+    cap = max_images()
+    if cap is not None and cap < (available if count is None else min(count, available)):
+        print(f"Note: {MAX_IMAGES_ENV}={cap}: using {cap:,} of the {available:,} images of '{source}' "
+              f"({'all' if count is None else f'{count:,}'} asked for).")
+        return cap
     if count is None:
         return available
-    count = check_int(count, "count", 1, "Give how many images to use, or leave count out for all of them.")
     if count > available:
         print(f"Note: {count:,} images were asked for but '{source}' has {available:,}; using all {available:,}.")
         return available
     return count
+
+
+def max_images():
+    """The cap COURSE_MAX_IMAGES sets on every image set (an int >= 1), or None when it is unset."""
+    text = os.environ.get(MAX_IMAGES_ENV, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{MAX_IMAGES_ENV}={text!r}: give a whole number of images >= 1, or unset it for no cap.")
+    return int(text)
 
 
 def _shapes_set(count, split: str) -> ImageSet:

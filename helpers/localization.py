@@ -12,7 +12,8 @@ channels at one position of a feature map, X: (n, C). Everything here is linear 
 space (no n x n matrix), debiased by default, accumulated in float64.
 
 `capture_tokens` is shared with the probes (helpers/probes.py): it keeps every token of every
-requested layer, so keep n and the number of layers modest (lite track: a few thousand images).
+requested layer, so keep n and the number of layers modest (lite track: a few thousand images);
+it refuses, after one batch, a capture larger than `max_gib` (4 GiB unless told otherwise).
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def _batches(model, images, batch_size, device):
     yield from batches(images, model, batch_size, device)
 
 
-def capture_tokens(model, images, layers, batch_size: int = 256, pool_to=None, device=None) -> dict:
+def capture_tokens(model, images, layers, batch_size: int = 256, pool_to=None, device=None, max_gib: float = 4.0) -> dict:
     """Every token of each layer for every image, in one pass over the images: {layer: Tokens}.
 
     model: a ViT (outputs (B, N, D), `model.num_prefix_tokens` prefix tokens) or a CNN
@@ -114,7 +115,9 @@ def capture_tokens(model, images, layers, batch_size: int = 256, pool_to=None, d
     images: a helpers.data.ImageSet (preprocessed for `model`) or a float (n, C, H, W) tensor (used as is).
     layers: module names, e.g. ["blocks.5"] or ["layer2.1", "layer4.1"] (a block's output).
     pool_to: (rows, cols) to average-pool CNN maps to, e.g. the last stage's grid (probes, Fig. 11).
-    Memory: n * N * D * 4 bytes per layer, kept on the CPU.
+    Memory: n * N * D * 4 bytes per layer, kept on the CPU (ViT-B/16: 0.6 MB per image and block).
+    max_gib: refuse, after the first batch, a capture that would keep more than this many GiB
+    (a clear error instead of a machine that runs out of memory hours in); raise it if you have the RAM.
     """
     layers = _check_layers(model, layers)
     device = device or next(iter(model.parameters()), torch.empty(0)).device  # a model without weights: CPU
@@ -140,12 +143,24 @@ def capture_tokens(model, images, layers, batch_size: int = 256, pool_to=None, d
                     prefixes[layer] = prefix if current[layer].ndim == 3 else 0
                     values, grids[layer] = _as_tokens(current[layer], prefixes[layer], pool_to)
                     kept[layer].append(values.float().cpu().clone())
+                if len(kept[layers[0]]) == 1:
+                    _check_memory(kept, len(images), max_gib)
     finally:
         for handle in handles:
             handle.remove()
     if not grids:
         raise ValueError("No images were given.")
     return {layer: Tokens(torch.cat(kept[layer]), prefixes[layer], grids[layer]) for layer in layers}
+
+
+def _check_memory(kept: dict, n: int, max_gib: float) -> None:
+    """Raise before the capture goes on when all n images' tokens would exceed max_gib GiB."""
+    per_image = sum(chunks[0][0].numel() * 4 for chunks in kept.values())  # float32 bytes of one image, all layers
+    need = per_image * n / 2 ** 30
+    if need > max_gib:
+        raise MemoryError(f"capture_tokens would keep {need:.1f} GiB of tokens ({n:,} images x {per_image / 2 ** 20:.1f} MiB "
+                          f"for {len(kept)} layer(s)), over max_gib={max_gib:g}. Use fewer images or fewer layers (or pool_to "
+                          "for CNN maps), or pass a larger max_gib if this machine has the memory.")
 
 
 def patch_grid(images: torch.Tensor, patch: int) -> torch.Tensor:

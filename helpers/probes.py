@@ -126,6 +126,26 @@ def few_shot_split(labels, shots: int | None, val_per_class: int, seed: int) -> 
     return np.sort(train), np.sort(val)
 
 
+def fit_shots(labels, shots: int, val_per_class: int) -> tuple:
+    """(shots, val_per_class) shrunk, with a printed note, until the smallest class of the pool has enough images.
+
+    labels: (n,) integer labels of the pool. A pool smaller than planned (COURSE_MAX_IMAGES, a small
+    folder) then still gives probes, with fewer shots; unchanged when every class has shots + val_per_class.
+    """
+    counts = np.unique(np.asarray(labels), return_counts=True)[1]
+    smallest = int(counts.min())
+    if smallest >= shots + val_per_class:
+        return shots, val_per_class
+    if smallest < 2:
+        raise ValueError(f"A class has {smallest} image(s) in the pool: a probe needs at least 1 shot and 1 validation "
+                         "image per class. Use more images.")
+    val = max(1, min(val_per_class, smallest // 2))
+    fitted = min(shots, smallest - val)
+    print(f"Note: the pool's smallest class has {smallest} images, too few for {shots} shots + {val_per_class} for lambda: "
+          f"using {fitted} shot(s) + {val}.")
+    return fitted, val
+
+
 def few_shot_accuracy(pool_X, pool_y, test_X, test_y, shots: int | None = 10, repeats: int = 5,
                       val_per_class: int = 10, lambdas=LAMBDAS, seed: int = 0) -> np.ndarray:
     """Test accuracy of ridge probes trained on `shots` images per class, over `repeats` random draws.

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from helpers import intervals, models, zoo
-from helpers.course import OUTPUT_DIR
+from helpers.course import OUTPUT_DIR, shown_path
 
 FIGURE_WIDTH_IN = 3.35  # one A4 column (8.5 cm)
 FIGURE_CMAP = "magma"   # the course's perceptually uniform, colour-blind-safe map (helpers.plots.CMAP)
@@ -743,17 +743,7 @@ def command_line(settings: Settings) -> str:
                 "attention_count", "seed", "threads"):
         if getattr(s, key) != getattr(d, key):
             parts += [f"--{key.replace('_', '-')}", str(getattr(s, key))]
-    return " ".join(parts + ["--out", _shown_path(s.out)])
-
-
-def _shown_path(path) -> str:
-    """A path inside the course repository relative to it (so a bundle names no machine's folders), else as given."""
-    from helpers.course import REPO_ROOT
-
-    try:
-        return str(Path(path).resolve().relative_to(REPO_ROOT))
-    except ValueError:
-        return str(path)
+    return " ".join(parts + ["--out", shown_path(s.out)])
 
 
 def _layer_list(resolved: dict) -> str:

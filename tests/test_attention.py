@@ -81,3 +81,18 @@ def test_head_outputs_are_what_the_projection_mixes():
     handle.remove()
     concatenated = heads.permute(0, 2, 1, 3).reshape(3, 65, 64)
     assert torch.allclose(model.blocks[2].attn.proj(concatenated), captured[0], atol=1e-6)
+
+
+def test_head_outputs_stop_the_forward_pass_at_their_block():
+    """One pass up to the block asked for: later blocks and the head never run, and the model is left as it was."""
+    torch.manual_seed(0)
+    model = zoo.build("lite-vit").train()
+    later = []
+    handles = [model.blocks[1].register_forward_hook(lambda *_: later.append("blocks.1")),
+               model.head.register_forward_hook(lambda *_: later.append("head"))]
+    heads = attention.attention_of_heads(model, torch.randn(2, 3, 32, 32), block=0)
+    assert heads.shape == (2, 4, 65, 16) and later == []
+    assert model.training and not model.blocks[0].attn.proj._forward_pre_hooks
+    for handle in handles:
+        handle.remove()
+    assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)  # a normal pass afterwards

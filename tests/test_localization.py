@@ -105,3 +105,17 @@ def test_bad_inputs_fail_clearly():
         localization.patch_grid(_images(2, 10), 4)
     with pytest.raises(ValueError, match="same grid"):
         localization.localization_scores(torch.zeros(4, 9), (2, 2))
+
+
+def test_capture_tokens_refuses_more_memory_than_allowed(vit):
+    """After one batch the whole capture is sized up: over max_gib it stops with the numbers, before the rest runs."""
+    from helpers.data import image_set
+
+    images = image_set("shapes", count=64)
+    per_image = 6 * 65 * 64 * 4  # 6 blocks x 65 tokens x 64 features, float32
+    with pytest.raises(MemoryError, match="64 images"):
+        localization.capture_tokens(vit, images, [f"blocks.{i}" for i in range(6)], batch_size=16,
+                                    max_gib=per_image * 63 / 2 ** 30)
+    kept = localization.capture_tokens(vit, images, [f"blocks.{i}" for i in range(6)], batch_size=16,
+                                       max_gib=per_image * 64 / 2 ** 30)
+    assert kept["blocks.5"].values.shape == (64, 65, 64)

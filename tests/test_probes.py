@@ -77,3 +77,15 @@ def test_bad_inputs_fail_clearly():
         probes.ridge_probe(X[:5], np.zeros(5, int), X, y, X, y)
     with pytest.raises(ValueError, match="positive"):
         probes.ridge_probe(X, y, X, y, X, y, lambdas=[0.0])
+
+
+def test_fit_shots_shrinks_only_when_a_class_is_short(capsys):
+    labels = np.array([0] * 30 + [1] * 25)
+    assert probes.fit_shots(labels, 10, 10) == (10, 10)  # enough: unchanged, nothing printed
+    assert capsys.readouterr().out == ""
+    assert probes.fit_shots(np.array([0] * 6 + [1] * 3), 10, 10) == (2, 1)  # smallest class: 3 = 2 shots + 1
+    assert "smallest class has 3 images" in capsys.readouterr().out
+    train, val = probes.few_shot_split(np.array([0] * 6 + [1] * 3), 2, 1, seed=0)  # the fitted split works
+    assert len(train) == 4 and len(val) == 2
+    with pytest.raises(ValueError, match="at least 1 shot"):
+        probes.fit_shots(np.array([0, 0, 0, 1]), 10, 10)
