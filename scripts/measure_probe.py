@@ -1,0 +1,80 @@
+"""Measure an R&D training probe of the lite zoo against the targets of the zoo-v2 recipe (F2, F3, accuracy).
+
+A probe is a `python -m helpers.train NAME --out DIR ...` run (e.g. --cutmix --heads 8 --seed 1 --steps 3000);
+its folder holds NAME.safetensors and NAME.json (the card, with the recipe it was trained with).
+
+    python scripts/measure_probe.py /tmp/probes/h8_cm_s1 [--resnet lite-resnet] [--images 1024]
+
+Prints, per probe: check accuracy; the lowest head distance in blocks 0-1 and the last block's range, as
+fractions of uniform attention (F2 targets: a head below 60% early, every last-block head above 80%);
+and for blocks 0 and 1, the CKA of each single head with the ResNet's first stage (`layer1.0`) and its
+Spearman rank correlation with the heads' attention distances (F3 target: below -0.5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+from safetensors.torch import load_file
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from helpers import models, zoo  # noqa: E402
+from helpers.compare import head_groups_cka  # noqa: E402
+from helpers.data import image_set  # noqa: E402
+
+
+def load_probe(folder: Path):
+    """(model, card) of the one probe checkpoint in `folder`, built from the recipe its card records."""
+    cards = sorted(folder.glob("*.json"))
+    if len(cards) != 1:
+        raise SystemExit(f"{folder}: expected one card (<name>.json), found {len(cards)}.")
+    card = json.loads(cards[0].read_text())
+    recipe = zoo.Recipe(**card["recipe"])  # ViT probes: the card holds the whole vit dict
+    model = zoo.build(recipe)
+    state = {k: v.float() if v.is_floating_point() else v for k, v in load_file(str(cards[0].with_suffix(".safetensors"))).items()}
+    model.load_state_dict(state)
+    return model.eval(), card
+
+
+def spearman(a, b) -> float:
+    """Rank correlation of two equal-length sequences (no ties expected: distances and CKA are real numbers)."""
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def measure(folder: Path, resnet_name: str, count: int) -> dict:
+    vit, card = load_probe(folder)
+    resnet = models.load(resnet_name)
+    images = image_set("shapes", count=count)
+    distances, uniform = card["attention_distance_px"], card["uniform_attention_distance_px"]
+    result = {"probe": folder.name, "command": card["command"], "check_accuracy": card["check_accuracy"],
+              "lowest_early_head_frac": round(min(distances[0] + distances[1]) / uniform, 3),
+              "last_block_frac": [round(min(distances[-1]) / uniform, 3), round(max(distances[-1]) / uniform, 3)]}
+    for block in (0, 1):
+        heads = len(distances[block])
+        cka = head_groups_cka(vit, resnet, images, {f"head {h}": [h] for h in range(heads)}, ["layer1.0"], block=block)
+        values = [float(v) for v in cka.values[:, 0]]
+        result[f"block{block}_cka_layer1.0"] = [round(v, 3) for v in values]
+        result[f"block{block}_spearman"] = round(spearman(distances[block], values), 2)
+    return result
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folders", nargs="+", type=Path)
+    parser.add_argument("--resnet", default="lite-resnet", help="the ResNet whose first stage F3 compares with")
+    parser.add_argument("--images", type=int, default=1024, help="held-out shapes images for the CKA")
+    args = parser.parse_args(argv)
+    for folder in args.folders:
+        print(json.dumps(measure(folder, args.resnet, args.images)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
