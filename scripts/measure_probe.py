@@ -3,7 +3,7 @@
 A probe is a `python -m helpers.train NAME --out DIR ...` run (e.g. --cutmix --heads 8 --seed 1 --steps 3000);
 its folder holds NAME.safetensors and NAME.json (the card, with the recipe it was trained with).
 
-    python scripts/measure_probe.py /tmp/probes/h8_cm_s1 [--resnet lite-resnet] [--images 1024]
+    python scripts/measure_probe.py /tmp/probes/h8_cm_s1 [--resnet lite-resnet | --resnet DIR] [--images 1024]
 
 Prints, per probe: check accuracy; the lowest head distance in blocks 0-1 and the last block's range, as
 fractions of uniform attention (F2 targets: a head below 60% early, every last-block head above 80%);
@@ -50,7 +50,7 @@ def spearman(a, b) -> float:
 
 def measure(folder: Path, resnet_name: str, count: int) -> dict:
     vit, card = load_probe(folder)
-    resnet = models.load(resnet_name)
+    resnet = load_probe(Path(resnet_name))[0] if Path(resnet_name).is_dir() else models.load(resnet_name)
     images = image_set("shapes", count=count)
     distances, uniform = card["attention_distance_px"], card["uniform_attention_distance_px"]
     result = {"probe": folder.name, "command": card["command"], "check_accuracy": card["check_accuracy"],
@@ -68,7 +68,7 @@ def measure(folder: Path, resnet_name: str, count: int) -> dict:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folders", nargs="+", type=Path)
-    parser.add_argument("--resnet", default="lite-resnet", help="the ResNet whose first stage F3 compares with")
+    parser.add_argument("--resnet", default="lite-resnet", help="the ResNet whose first stage F3 compares with: a zoo name, or a probe's folder")
     parser.add_argument("--images", type=int, default=1024, help="held-out shapes images for the CKA")
     args = parser.parse_args(argv)
     for folder in args.folders:
