@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SCREENSHOTS = ROOT / "outputs" / "browser"
 NOTEBOOKS = ["02_hsic.ipynb", "15_mlp_mixer.ipynb"]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-RUN_TIMEOUT_S = 300
+RUN_TIMEOUT_S = 150  # 02 runs in about 11 s and 15 in about 40 s on the 2-core machine
+ATTEMPTS = 2  # a fresh page once more when a run does not finish (seen once in several CI runs, cause not found)
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium)")
 
@@ -213,8 +214,16 @@ def test_notebook_runs_and_its_widgets_redraw_in_a_browser(lab, browser, name):
     errors = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     try:
-        page.goto(f"{base}/lab/tree/{name}?token={token}&reset", timeout=120_000)
-        cells = _run_all_cells(page, base, token, name)
+        for attempt in range(1, ATTEMPTS + 1):
+            page.goto(f"{base}/lab/tree/{name}?token={token}&reset", timeout=120_000)
+            page.locator(".jp-Notebook").first.click()  # make it the current notebook, so the Run menu acts on it
+            try:
+                cells = _run_all_cells(page, base, token, name)
+                break
+            except TimeoutError:
+                page.screenshot(path=str(SCREENSHOTS / f"{stem}_timed_out_attempt{attempt}.png"), full_page=True)
+                if attempt == ATTEMPTS:
+                    raise
         page.screenshot(path=str(SCREENSHOTS / f"{stem}_1_ran.png"), full_page=True)
         failed = _errors(cells)
         assert not failed, f"{name}: cells raised in the browser (code cell index, error, message): {failed}"
