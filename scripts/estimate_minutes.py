@@ -22,6 +22,9 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from launch import render  # noqa: E402  (the repository's notebook JSON format)
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 WORDS_PER_MINUTE, CODE_LINES_PER_MINUTE, MINUTES_PER_WIDGET = 100, 10, 2
@@ -83,7 +86,7 @@ def write(estimates: dict) -> None:
                     for name, minutes in estimates.items():
                         text = set_map_minutes(text, name, 2, minutes)
                     cell["source"] = text.splitlines(keepends=True)
-        path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        path.write_text(render(notebook), encoding="utf-8")
 
 
 def main(argv: list[str]) -> int:

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from launch import apply_launch, launch_config  # noqa: E402  (the student copies' own launch links)
+from launch import apply_launch, launch_config, render  # noqa: E402  (launch links; the repository's JSON format)
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE_DIR = ROOT / "notebooks"
@@ -65,10 +65,6 @@ def student_version(notebook: dict) -> dict:
 
 def has_exercises(notebook: dict) -> bool:
     return any(BEGIN in "".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code")
-
-
-def render(notebook: dict) -> str:
-    return json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
 
 
 def expected_copies() -> dict:
