@@ -207,6 +207,58 @@ def image_set(source: str, count: int | None = None, split: str = "test", downlo
     return _folder_set(Path(source), count)
 
 
+def grey(pixels: np.ndarray) -> np.ndarray:
+    """The same picture in grey: every channel set to the mean of the three.
+
+    pixels: a uint8 array, (3, H, W) or (H, W, 3) (the channel axis is the one of length 3; (3, H, 3)
+    is ambiguous and refused). Returns a uint8 array of the same shape.
+    """
+    pixels = np.asarray(pixels)
+    axis = _channel_axis(pixels)
+    mean = pixels.astype(np.float64).mean(axis=axis, keepdims=True)
+    return np.broadcast_to(np.rint(mean), pixels.shape).astype(np.uint8)
+
+
+def equal_brightness(pixels: np.ndarray, level: float = 127.5) -> np.ndarray:
+    """The same picture shifted so that its mean over pixels and channels is `level` (within 0.5).
+
+    pixels: a uint8 array of any shape. Returns a uint8 array of the same shape. Shifting pushes some
+    values past 0 or 255, and clipping them moves the mean back, so shift and clip repeat until the
+    mean is within 0.5 of `level` (a few rounds; at most 20).
+    """
+    values = np.asarray(pixels).astype(np.float64)
+    for _ in range(20):
+        values = np.clip(values + (level - values.mean()), 0, 255)
+        if abs(values.mean() - level) < 0.25:
+            break
+    return np.rint(values).astype(np.uint8)
+
+
+def _channel_axis(pixels: np.ndarray) -> int:
+    if pixels.ndim != 3 or 3 not in (pixels.shape[0], pixels.shape[-1]) or pixels.shape[0] == pixels.shape[-1] == 3:
+        raise ValueError(f"Expected one RGB picture as (3, H, W) or (H, W, 3), got shape {pixels.shape}.")
+    return 0 if pixels.shape[0] == 3 else -1
+
+
+def changed_images(images: ImageSet, change, label: str) -> ImageSet:
+    """The same images with `change(uint8 array) -> uint8 array` applied to each (e.g. grey, equal_brightness).
+
+    Works for tensor images (shapes: (3, H, W)) and PIL images (full track: (H, W, 3)) alike; labels kept.
+    """
+    from PIL import Image
+
+    def get(i):
+        picture = images.get(i)
+        if isinstance(picture, torch.Tensor):
+            return torch.from_numpy(np.ascontiguousarray(change(picture.numpy())))
+        return Image.fromarray(np.ascontiguousarray(change(np.asarray(picture.convert("RGB")))))
+
+    tensor = None
+    if images.tensor is not None:
+        tensor = torch.stack([get(i) for i in range(len(images))])
+    return ImageSet(f"{images.name} ({label})", len(images), get, images.labels, tensor)
+
+
 def preprocess_for(model):
     """The preprocessing function of a timm model, from its own data config.
 

@@ -105,3 +105,71 @@ def check_record_output(fn):
     if (fn(model, "0", x) >= 0).all():
         raise AssertionError("The output of layer '0' has no negative values: the in-place ReLU overwrote it. Clone inside the hook.")
     print("✔ record_output returns the right outputs, survives the in-place ReLU and removes its hook.")
+
+
+def check_gram_without(fn):
+    """fn(gram, covariate) -> the (N, N) Gram after regressing `covariate` (N,) and a constant out of the features."""
+    import torch
+
+    from helpers.compare import gram_without
+
+    rng = np.random.default_rng(6)
+    for case, n, p in [("40 images x 7 features", 40, 7), ("9 images x 30 features (p > n)", 9, 30)]:
+        X = torch.from_numpy(rng.normal(size=(n, p)))
+        covariate = torch.from_numpy(rng.normal(size=n))
+        X = X + 2.0 * covariate[:, None]  # features that carry the covariate, as the layers carry brightness
+        got = fn(X @ X.T, covariate)
+        if got is None:
+            raise AssertionError("your function returned None: return the new Gram matrix.")
+        _compare("gram_without_covariate", torch.as_tensor(got, dtype=torch.float64), gram_without(X @ X.T, covariate), case)
+        leftover = torch.as_tensor(got, dtype=torch.float64) @ covariate
+        if leftover.abs().max() > 1e-6 * (1 + float(X.abs().max()) ** 2):
+            raise AssertionError("the new Gram still 'sees' the covariate (G @ covariate is not 0): subtract its fit, not only the mean.")
+    print("✔ gram_without_covariate matches helpers.compare.gram_without, and nothing of the covariate is left.")
+
+
+def check_head_distances(fn):
+    """fn(attn, distances, prefix) -> (heads,) mean attention distance of each head, CLS left out and renormalised."""
+    import torch
+
+    from helpers.attention import mean_attention_distance, patch_distances
+
+    torch.manual_seed(8)
+    for case, (batch, heads, grid, prefix) in {"2 images, 3 heads, 4x4 patches, CLS": (2, 3, 4, 1),
+                                               "1 image, 2 heads, 3x3 patches, no CLS": (1, 2, 3, 0)}.items():
+        tokens = prefix + grid * grid
+        attn = torch.softmax(3 * torch.randn(batch, heads, tokens, tokens, dtype=torch.float64), dim=-1)
+        got = fn(attn, patch_distances(grid, 4), prefix)
+        if got is None:
+            raise AssertionError("your function returned None: return one distance per head.")
+        got = torch.as_tensor(got, dtype=torch.float64)
+        expected = mean_attention_distance(attn, 4, prefix)
+        if got.shape != expected.shape:
+            raise AssertionError(f"{case}: expected one number per head, shape {tuple(expected.shape)}, got {tuple(got.shape)}.")
+        if prefix and torch.allclose(got, (attn[:, :, prefix:, prefix:] * patch_distances(grid, 4)).sum(-1).mean((0, 2))):
+            raise AssertionError(f"{case}: the rows were not renormalised over the patches after dropping CLS.")
+        _compare("head_distances", got, expected, case, atol=1e-9)
+    print("✔ head_distances matches helpers.attention.mean_attention_distance, CLS left out and rows renormalised.")
+
+
+def check_equal_brightness(fn):
+    """fn(pixels) -> uint8 array of the same shape with mean brightness 127.5 (within 0.5), clipped to 0-255."""
+    rng = np.random.default_rng(9)
+    cases = {"a mid-grey picture (3, 8, 8)": rng.integers(60, 140, size=(3, 8, 8)).astype(np.uint8),
+             "a dark picture with a white spot (8, 8, 3)": np.where(rng.random((8, 8, 3)) < 0.05, 255,
+                                                                    rng.integers(0, 40, size=(8, 8, 3))).astype(np.uint8)}
+    for case, pixels in cases.items():
+        got = fn(pixels)
+        if got is None:
+            raise AssertionError("your function returned None: return the new picture.")
+        got = np.asarray(got)
+        if got.shape != pixels.shape or got.dtype != np.uint8:
+            raise AssertionError(f"{case}: expected a uint8 array of shape {pixels.shape}, got {got.dtype} {got.shape}.")
+        if abs(got.mean() - 127.5) >= 0.5:
+            raise AssertionError(f"{case}: mean {got.mean():.2f}, expected 127.5 within 0.5. Clipping moves the mean back: "
+                                 "shift, clip, and repeat until it stays.")
+        inside = (got > 0) & (got < 255)
+        shift = got.astype(int) - pixels.astype(int)
+        if inside.any() and np.ptp(shift[inside]) > 1:
+            raise AssertionError(f"{case}: the picture changed by different amounts in different places; add one shift to every value.")
+    print("✔ equal_brightness moves every picture to mean 127.5 by one shift, clipped to 0-255.")

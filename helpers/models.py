@@ -29,12 +29,17 @@ MODELS_DIR = DATA_DIR / "models"
 TRACK_ENV = "COURSE_TRACK"
 
 # The models each track uses for the paper's main comparisons (public stand-ins for the paper's models).
-# The "second run" of each model is the reference for how similar two trainings of the same
-# architecture get; on the full track no second seed is public, so another training run of the
-# same architecture stands in.
+# The "reference" of each model says how similar two trainings of the same architecture get. On the
+# lite track it is a second seed (same recipe, other initialisation and data order). On the full track
+# no second seed of these models is public, so each reference is something else, and its label says what:
+# the ViT's is a second fine-tune of the *same* ImageNet-21k pre-training (augreg2: shares everything
+# learned in pre-training, so it is likely more alike than a second seed); the ResNet's is the same
+# architecture trained with torchvision's other recipe (tv2: longer, heavier augmentation, so it mixes
+# seed noise with a recipe change and is likely less alike than a second seed). Notebook 06 says what
+# each can and cannot tell.
 TRACK_MODELS = {
-    "lite": {"vit": "lite-vit", "resnet": "lite-resnet", "vit_second_run": "lite-vit-seed1",
-             "resnet_second_run": "lite-resnet-seed1", "images": "shapes",
+    "lite": {"vit": "lite-vit", "resnet": "lite-resnet", "vit_reference": "lite-vit-seed1",
+             "resnet_reference": "lite-resnet-seed1", "images": "shapes",
              "vit_gap": "lite-vit-gap",  # no CLS token, average-pooled; trained like lite-vit
              # the same ViT trained on less data (F2, F9): label -> model, least data first
              "vit_by_data": {"3% of the data": "lite-vit-data03", "10%": "lite-vit-data10",
@@ -42,7 +47,7 @@ TRACK_MODELS = {
              "mixer": "lite-mixer", "efficientnet": "lite-efficientnet",  # F10 (15); your own comparison (16)
              "vit_large": None},  # one ViT size only: model scale (14) is a full-track section
     "full": {"vit": "vit_base_patch16_224.augreg_in21k_ft_in1k", "resnet": "resnet50.tv_in1k",
-             "vit_second_run": "vit_base_patch16_224.augreg2_in21k_ft_in1k", "resnet_second_run": "resnet50.tv2_in1k",
+             "vit_reference": "vit_base_patch16_224.augreg2_in21k_ft_in1k", "resnet_reference": "resnet50.tv2_in1k",
              "images": "imagenette",
              "vit_gap": "vit_medium_patch16_gap_256.sw_in12k_ft_in1k",  # not trained like the CLS ViT
              "vit_by_data": {"ImageNet-1k only": "vit_base_patch16_224.augreg_in1k",
@@ -50,6 +55,11 @@ TRACK_MODELS = {
              "mixer": "mixer_b16_224.goog_in21k_ft_in1k", "efficientnet": "efficientnet_b0.ra_in1k",
              "vit_large": "vit_large_patch16_224.augreg_in21k_ft_in1k"},
 }
+
+
+# What each track's reference model is, for labels ("ViT, second seed"; "ResNet, other recipe").
+REFERENCE_LABELS = {"lite": {"vit": "second seed", "resnet": "second seed"},
+                    "full": {"vit": "re-fine-tuned", "resnet": "other recipe"}}
 
 
 class WeightsUnavailableError(RuntimeError):

@@ -29,3 +29,53 @@ def test_common_mistakes_are_caught():
     with pytest.raises(AssertionError, match="largest difference"), np.errstate(all="ignore"):  # percentile(d, 0.5) != median
         exercises.check_gram_rbf(lambda X, t: np.exp(-((X[:, None] - X[None]) ** 2).sum(-1)
                                                      / (2 * t**2 * np.percentile(((X[:, None] - X[None]) ** 2).sum(-1), 0.5))))
+
+
+def test_notebook_exercise_checks_pass_the_references_and_catch_mistakes(capsys):
+    """06's covariate Gram, 08's head distances and 09's equal brightness: references pass, typical slips fail."""
+    import torch
+
+    from helpers import attention, compare, data
+
+    exercises.check_gram_without(compare.gram_without)
+    exercises.check_head_distances(lambda attn, distances, prefix: attention.mean_attention_distance(attn, 4, prefix))
+    exercises.check_equal_brightness(data.equal_brightness)
+    assert capsys.readouterr().out.count("✔") == 3
+
+    def centred_only(gram, covariate):  # removes the mean, but not the covariate
+        h = torch.eye(len(gram), dtype=torch.float64) - 1 / len(gram)
+        return h @ torch.as_tensor(gram, dtype=torch.float64) @ h
+
+    with pytest.raises(AssertionError, match="largest difference"):
+        exercises.check_gram_without(centred_only)
+
+    def not_renormalised(attn, distances, prefix):
+        return (attn[:, :, prefix:, prefix:] * distances).sum(-1).mean((0, 2))
+
+    with pytest.raises(AssertionError, match="renormalised"):
+        exercises.check_head_distances(not_renormalised)
+
+    def shift_once(pixels):
+        values = pixels.astype(float)
+        return np.clip(np.rint(values + 127.5 - values.mean()), 0, 255).astype(np.uint8)
+
+    with pytest.raises(AssertionError, match="repeat"):
+        exercises.check_equal_brightness(shift_once)
+    with pytest.raises(AssertionError, match="one shift"):  # stretches the contrast instead of shifting
+        exercises.check_equal_brightness(lambda p: np.clip(np.rint(p * (127.5 / p.mean())), 0, 255).astype(np.uint8))
+
+
+def test_grey_and_equal_brightness_images():
+    """changed_images works on tensor image sets; grey keeps shapes and brightness; equal_brightness equalises."""
+    from helpers import data
+
+    images = data.image_set("shapes", count=6)
+    grey = data.changed_images(images, data.grey, "grey")
+    level = data.changed_images(images, data.equal_brightness, "equal brightness")
+    assert grey.tensor.shape == images.tensor.shape and grey.labels == images.labels
+    assert (grey.tensor[:, 0] == grey.tensor[:, 1]).all() and (grey.tensor[:, 1] == grey.tensor[:, 2]).all()
+    assert (grey.tensor.float().mean((1, 2, 3)) - images.tensor.float().mean((1, 2, 3))).abs().max() < 0.5
+    assert (level.tensor.float().mean((1, 2, 3)) - 127.5).abs().max() < 0.5
+    assert (level.get(3) == level.tensor[3]).all()
+    with pytest.raises(ValueError, match="RGB picture"):
+        data.grey(np.zeros((3, 5, 3), dtype=np.uint8))
