@@ -207,6 +207,14 @@ def image_set(source: str, count: int | None = None, split: str = "test", downlo
     return _folder_set(Path(source), count)
 
 
+def subset(images: ImageSet, indices) -> ImageSet:
+    """The images at `indices` (in that order) as a new ImageSet, labels kept (e.g. for helpers.intervals)."""
+    idx = [int(i) for i in indices]
+    labels = None if images.labels is None else [images.labels[i] for i in idx]
+    tensor = None if images.tensor is None else images.tensor[idx]
+    return ImageSet(f"{images.name} (subsample of {len(idx)})", len(idx), lambda i: images.get(idx[i]), labels, tensor)
+
+
 def grey(pixels: np.ndarray) -> np.ndarray:
     """The same picture in grey: every channel set to the mean of the three.
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from helpers import intervals, models, zoo
 from helpers.course import OUTPUT_DIR, shown_path
+from helpers.data import subset
 
 FIGURE_WIDTH_IN = 3.35  # one A4 column (8.5 cm)
 FIGURE_CMAP = "magma"   # the course's perceptually uniform, colour-blind-safe map (helpers.plots.CMAP)
@@ -201,16 +202,6 @@ def load_inputs(settings: Settings):
         raise ReportError(f"{len(images)} images in {settings.repeats} subsamples give {len(images) // settings.repeats} "
                           "images each: use fewer --repeats, more --count, or --repeats 0 (no intervals).")
     return model_a, model_b, images, plan
-
-
-def subset(images, indices):
-    """The images at `indices` (in that order) as a new ImageSet."""
-    from helpers.data import ImageSet
-
-    idx = [int(i) for i in indices]
-    labels = None if images.labels is None else [images.labels[i] for i in idx]
-    tensor = None if images.tensor is None else images.tensor[idx]
-    return ImageSet(f"{images.name} (subsample of {len(idx)})", len(idx), lambda i: images.get(idx[i]), labels, tensor)
 
 
 # --------------------------------------------------------------------------- computing, with resume
