@@ -34,7 +34,7 @@ def disjoint_subsamples(n: int, repeats: int, seed: int = 0) -> list:
         raise ValueError(f"repeats must be a whole number of at least 2 (an interval needs two subsamples), got {repeats!r}.")
     size = n // repeats
     if size < 4:
-        raise ValueError(f"{n} images in {repeats} subsamples give {size} images each; CKA needs at least 4 (use 50+): "
+        raise ValueError(f"{n} images in {repeats} subsamples give {size} image{'' if size == 1 else 's'} each; CKA needs at least 4 (use 50+): "
                          "use fewer repeats or more images.")
     order = np.random.default_rng(seed).permutation(n)
     return [np.sort(order[k * size:(k + 1) * size]) for k in range(repeats)]

@@ -49,7 +49,8 @@ FINDINGS = sorted(p.stem for p in NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb") if 5 
 # images per notebook: 4 (the fewest unbiased HSIC takes); 07 needs both classes in its label CKA; 13 and 14
 # split theirs into a probe pool and a
 # test set; 10 backpropagates once per layer (and per sampled channel), so its cost grows with each image
-MAX_IMAGES = {"07": 8, "10": 2, "13": 16, "14": 16, "16": 40}  # 16: two subsamples of 20 for its intervals
+MAX_IMAGES = {"06": 16, "07": 16, "10": 2, "13": 16, "14": 16, "16": 40}  # 06, 07: four subsamples of 4 for their
+# reference intervals; 16: two subsamples of 20 for its intervals
 DEFAULT_MAX_IMAGES = 4
 
 SMALL = {"vit_base_patch16_224.augreg_in21k_ft_in1k": "vit_tiny_patch16_224.augreg_in21k_ft_in1k",
