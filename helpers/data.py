@@ -255,11 +255,18 @@ def changed_images(images: ImageSet, change, label: str) -> ImageSet:
     """
     from PIL import Image
 
+    def changed(pixels):
+        out = np.asarray(change(pixels))
+        if out.shape != pixels.shape or out.dtype != np.uint8:
+            raise ValueError(f"changed_images: `{getattr(change, '__name__', change)}` must return a uint8 array shaped like its "
+                             f"input {pixels.shape}, got {out.dtype} {out.shape}. Round and clip to 0-255, then .astype(np.uint8).")
+        return np.ascontiguousarray(out)
+
     def get(i):
         picture = images.get(i)
         if isinstance(picture, torch.Tensor):
-            return torch.from_numpy(np.ascontiguousarray(change(picture.numpy())))
-        return Image.fromarray(np.ascontiguousarray(change(np.asarray(picture.convert("RGB")))))
+            return torch.from_numpy(changed(picture.numpy()))
+        return Image.fromarray(changed(np.asarray(picture.convert("RGB"))))
 
     tensor = None
     if images.tensor is not None:

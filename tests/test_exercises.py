@@ -79,3 +79,10 @@ def test_grey_and_equal_brightness_images():
     assert (level.get(3) == level.tensor[3]).all()
     with pytest.raises(ValueError, match="RGB picture"):
         data.grey(np.zeros((3, 5, 3), dtype=np.uint8))
+    with pytest.raises(ValueError, match="uint8 array shaped like"):  # a change that returns floats
+        data.changed_images(images, lambda p: p / 2.0, "halved")
+    from PIL import Image
+
+    photos = data.ImageSet("photos", 2, lambda i: Image.new("RGB", (6, 4), (200, 10, 10 * i)))  # the full track's kind
+    grey_photo = np.asarray(data.changed_images(photos, data.grey, "grey").get(1))
+    assert grey_photo.shape == (4, 6, 3) and (grey_photo == 73).all()  # (200 + 10 + 10) / 3, rounded
