@@ -44,6 +44,11 @@ TRACK_MODELS = {
              # the same ViT trained on less data (F2, F9): label -> model, least data first
              "vit_by_data": {"3% of the data": "lite-vit-data03", "10%": "lite-vit-data10",
                              "30%": "lite-vit-data30", "100%": "lite-vit"},
+             # repeats of one recipe, so a lite claim is a rate over seeds (same keys: same seed)
+             "vit_seeds": {"seed 0": "lite-vit", "seed 1": "lite-vit-seed1", "seed 2": "lite-vit-seed2"},
+             "vit_little_data_seeds": {"seed 0": "lite-vit-data03", "seed 1": "lite-vit-data03-seed1",
+                                       "seed 2": "lite-vit-data03-seed2"},
+             "resnet_seeds": {"seed 0": "lite-resnet", "seed 1": "lite-resnet-seed1"},
              "mixer": "lite-mixer", "efficientnet": "lite-efficientnet",  # F10 (15); your own comparison (16)
              "vit_large": None},  # one ViT size only: model scale (14) is a full-track section
     "full": {"vit": "vit_base_patch16_224.augreg_in21k_ft_in1k", "resnet": "resnet50.tv_in1k",
@@ -52,6 +57,10 @@ TRACK_MODELS = {
              "vit_gap": "vit_medium_patch16_gap_256.sw_in12k_ft_in1k",  # not trained like the CLS ViT
              "vit_by_data": {"ImageNet-1k only": "vit_base_patch16_224.augreg_in1k",
                              "ImageNet-21k, then 1k": "vit_base_patch16_224.augreg_in21k_ft_in1k"},
+             # no seeds of one recipe are published: one run each, paired by the same key
+             "vit_seeds": {"one run": "vit_base_patch16_224.augreg_in21k_ft_in1k"},
+             "vit_little_data_seeds": {"one run": "vit_base_patch16_224.augreg_in1k"},
+             "resnet_seeds": {"one run": "resnet50.tv_in1k"},
              "mixer": "mixer_b16_224.goog_in21k_ft_in1k", "efficientnet": "efficientnet_b0.ra_in1k",
              "vit_large": "vit_large_patch16_224.augreg_in21k_ft_in1k"},
 }

@@ -38,8 +38,8 @@ class Recipe:
     weight_decay: float = 0.05
     warmup_frac: float = 0.03
     label_smoothing: float = 0.1
-    cutmix: bool = False           # paste a box from another image into every batch, mix the labels by area
-    vit: dict = field(default_factory=lambda: dict(embed_dim=64, depth=6, num_heads=4, mlp_ratio=2.0,
+    cutmix: bool = True            # paste a box from another image into every batch, mix the labels by area
+    vit: dict = field(default_factory=lambda: dict(embed_dim=64, depth=6, num_heads=8, mlp_ratio=2.0,
                                                    patch_size=4, class_token=True, global_pool="token",
                                                    pos_embed="sincos-grid", no_skip_block=None))
     resnet: dict = field(default_factory=lambda: dict(layers=(2, 2, 2, 2), channels=(32, 64, 128, 256),
@@ -69,11 +69,14 @@ def _vit(**changes) -> Recipe:
 ZOO: dict[str, Recipe] = {
     "lite-vit": _vit(),
     "lite-vit-seed1": _vit(seed=1),
+    "lite-vit-seed2": _vit(seed=2),
     "lite-vit-gap": _vit(vit=dict(class_token=False, global_pool="avg")),
     "lite-vit-noskip-1": _vit(vit=dict(no_skip_block=1)),
     "lite-vit-noskip-3": _vit(vit=dict(no_skip_block=3)),
     "lite-vit-noskip-5": _vit(vit=dict(no_skip_block=5)),
     "lite-vit-data03": _vit(data_fraction=0.03),
+    "lite-vit-data03-seed1": _vit(data_fraction=0.03, seed=1),
+    "lite-vit-data03-seed2": _vit(data_fraction=0.03, seed=2),
     "lite-vit-data10": _vit(data_fraction=0.10),
     "lite-vit-data30": _vit(data_fraction=0.30),
     "lite-resnet": Recipe(arch="resnet", steps=3000, lr=2e-3),
