@@ -4,6 +4,7 @@ A probe is a `python -m helpers.train NAME --out DIR ...` run (e.g. --cutmix --h
 its folder holds NAME.safetensors and NAME.json (the card, with the recipe it was trained with).
 
     python scripts/measure_probe.py /tmp/probes/h8_cm_s1 [--resnet lite-resnet | --resnet DIR] [--images 1024]
+    python scripts/measure_probe.py lite-vit lite-vit-seed1 lite-vit-seed2      # bundled zoo members by name
 
 Prints, per probe: check accuracy; the lowest head distance in blocks 0-1 and the last block's range, as
 fractions of uniform attention (F2 targets: a head below 60% early, every last-block head above 80%);
@@ -48,13 +49,21 @@ def spearman(a, b) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def measure(folder: Path, resnet_name: str, count: int) -> dict:
-    vit, card = load_probe(folder)
-    resnet = load_probe(Path(resnet_name))[0] if Path(resnet_name).is_dir() else models.load(resnet_name)
+def load_any(where: str):
+    """(model, card) of a probe folder, or of a bundled zoo member by name ('lite-vit-seed2')."""
+    if Path(where).is_dir():
+        return load_probe(Path(where))
+    return models.load(where), models.lite_card(where)
+
+
+def measure(folder: str, resnet_name: str, count: int) -> dict:
+    vit, card = load_any(folder)
+    resnet = load_any(resnet_name)[0]
     images = image_set("shapes", count=count)
     distances, uniform = card["attention_distance_px"], card["uniform_attention_distance_px"]
-    result = {"probe": folder.name, "command": card["command"], "check_accuracy": card["check_accuracy"],
+    result = {"probe": Path(folder).name, "command": card["command"], "check_accuracy": card["check_accuracy"],
               "lowest_early_head_frac": round(min(distances[0] + distances[1]) / uniform, 3),
+              "local_heads_blocks_0_1": sum(d < 0.6 * uniform for d in distances[0] + distances[1]),
               "last_block_frac": [round(min(distances[-1]) / uniform, 3), round(max(distances[-1]) / uniform, 3)]}
     for block in (0, 1):
         heads = len(distances[block])
@@ -67,7 +76,7 @@ def measure(folder: Path, resnet_name: str, count: int) -> dict:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("folders", nargs="+", type=Path)
+    parser.add_argument("folders", nargs="+", help="probe folders, or names of bundled zoo members")
     parser.add_argument("--resnet", default="lite-resnet", help="the ResNet whose first stage F3 compares with: a zoo name, or a probe's folder")
     parser.add_argument("--images", type=int, default=1024, help="held-out shapes images for the CKA")
     args = parser.parse_args(argv)
