@@ -1,0 +1,47 @@
+"""scripts/bundle_zoo.py: a trained model becomes a zoo member only with that member's exact recipe."""
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from safetensors import safe_open
+
+from helpers import zoo
+from helpers.train import MODELS_DIR
+
+ROOT = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("bundle_zoo", ROOT / "scripts" / "bundle_zoo.py")
+bundle_zoo = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bundle_zoo)
+
+
+def probe_folder(tmp_path, recipe, command):
+    """A folder like `helpers.train --out` writes: lite-vit.safetensors (any weights) and its card."""
+    folder = tmp_path / "probe"
+    folder.mkdir()
+    shutil.copy(MODELS_DIR / "lite-vit.safetensors", folder / "lite-vit.safetensors")
+    card = {"name": "lite-vit", "recipe": json.loads(json.dumps(recipe.describe())), "threads": 1, "command": command}
+    (folder / "lite-vit.json").write_text(json.dumps(card))
+    return folder
+
+
+def test_a_probe_with_overrides_becomes_the_member_its_recipe_spells(tmp_path):
+    command = "python -m helpers.train lite-vit --seed 2 --threads 1 --probe-every 2000"
+    folder = probe_folder(tmp_path, zoo.ZOO["lite-vit-seed2"], command)
+    out = tmp_path / "models"
+    assert bundle_zoo.bundle(folder, "lite-vit-seed2", models_dir=out) == "lite-vit-seed2"
+    card = json.loads((out / "lite-vit-seed2.json").read_text())
+    assert card["name"] == "lite-vit-seed2" and card["trained_as"] == command
+    assert card["command"] == "python -m helpers.train lite-vit-seed2 --threads 1 --probe-every 2000"
+    with safe_open(str(out / "lite-vit-seed2.safetensors"), "pt") as f:
+        assert f.metadata()["name"] == "lite-vit-seed2"
+
+
+def test_a_recipe_that_differs_is_refused(tmp_path):
+    folder = probe_folder(tmp_path, zoo.ZOO["lite-vit-seed1"], "python -m helpers.train lite-vit --seed 1")
+    with pytest.raises(SystemExit, match="seed"):
+        bundle_zoo.bundle(folder, "lite-vit-seed2", models_dir=tmp_path / "models")
+    with pytest.raises(SystemExit, match="not a zoo member"):
+        bundle_zoo.bundle(folder, "lite-vit-seed9", models_dir=tmp_path / "models")
