@@ -69,3 +69,13 @@ def test_both_glossaries_define_the_same_terms():
 
 def test_readmes_link_each_other():
     assert "(README.zh.md)" in _readme("README.md") and "(README.md)" in _readme("README.zh.md")
+
+
+def test_no_markdown_cell_is_a_bare_placeholder():
+    """A markdown cell that is only a token like VARIANT_TEXT is a draft's placeholder that never got its text."""
+    for name in NOTEBOOKS:
+        nb = json.loads((ROOT / "notebooks" / name).read_text(encoding="utf-8"))
+        for i, cell in enumerate(nb["cells"]):
+            text = "".join(cell["source"]).strip()
+            if cell["cell_type"] == "markdown":
+                assert not re.fullmatch(r"[A-Z][A-Z0-9_]*", text), f"{name}, cell {i}: placeholder {text!r} instead of text"
