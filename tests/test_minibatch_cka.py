@@ -227,3 +227,21 @@ def test_bad_input_gives_clear_errors():
     acc.update({"dead": torch.ones(32, 5), "alive": x})
     with pytest.raises(ValueError, match=r"\['dead'\].*zero variance"):
         acc.result()
+
+
+def test_features_constant_up_to_rounding_are_reported_not_turned_into_a_number():
+    """A CLS token before attention is the same vector for every image, except for float32 rounding
+    in the batched arithmetic. That residue must not pass for variance (it gave CKA -0.001 before)."""
+    torch.manual_seed(0)
+    row = torch.randn(32) * 7.3
+    acc = MinibatchCKA(["cls before attention"], ["varies"])
+    for _ in range(4):
+        nearly_constant = row * (1 + 1e-7 * torch.randn(256, 32))  # float32 rounding differences per image
+        acc.update({"cls before attention": nearly_constant}, {"varies": torch.randn(256, 8)})
+    with pytest.raises(ValueError, match="zero variance"):
+        acc.result()
+    # a small but real variation is kept: 1e-4 of the offset is far above rounding
+    small = MinibatchCKA(["small"], ["same"])
+    x = row * (1 + 1e-4 * torch.randn(256, 32))
+    small.update({"small": x}, {"same": x.double()})
+    assert small.result().values[0, 0] == pytest.approx(1.0, abs=1e-3)
