@@ -159,13 +159,14 @@ def centered_gram(X: torch.Tensor) -> torch.Tensor:
 
     Features that are the same for every example (a ViT's CLS token before attention has touched
     it) keep only rounding residue after centering, about 1e-7 of their size, and that residue would
-    pass for a tiny real variance and give CKA values that mean nothing. So a batch whose centered
-    features are all below CONSTANT_TOLERANCE of the largest feature gets an exactly zero Gram, and
-    the accumulator reports the layer as having zero variance. (Without a host sync: no `if`.)
+    pass for a tiny real variance and give CKA values that mean nothing. So each feature (column)
+    whose centered values are all below CONSTANT_TOLERANCE of its own largest value is set to exactly
+    zero: a layer of such features gets a zero Gram, and the accumulator reports it as having zero
+    variance, while a constant feature beside varying ones cannot hide them. (No host sync: no `if`.)
     """
     Xc = X - X.mean(0)
-    varies = Xc.abs().amax() > CONSTANT_TOLERANCE * X.abs().amax()
-    return (Xc @ Xc.T) * varies.to(Xc.dtype)
+    varies = Xc.abs().amax(0) > CONSTANT_TOLERANCE * X.abs().amax(0)  # (p,)
+    return (Xc * varies.to(Xc.dtype)) @ Xc.T
 
 
 def u_center_stack(grams: torch.Tensor) -> torch.Tensor:

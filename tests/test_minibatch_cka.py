@@ -245,3 +245,12 @@ def test_features_constant_up_to_rounding_are_reported_not_turned_into_a_number(
     x = row * (1 + 1e-4 * torch.randn(256, 32))
     small.update({"small": x}, {"same": x.double()})
     assert small.result().values[0, 0] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_a_large_constant_feature_does_not_hide_the_varying_ones():
+    """Constancy is judged per feature: a constant channel of size 1e4 beside channels varying at 1e-2."""
+    torch.manual_seed(0)
+    x = torch.cat([torch.full((256, 1), 1e4), 1e-2 * torch.randn(256, 8)], dim=1)
+    acc = MinibatchCKA(["mixed"], ["varying part"])
+    acc.update({"mixed": x}, {"varying part": x[:, 1:].double()})
+    assert acc.result().values[0, 0] == pytest.approx(1.0, abs=1e-3)
