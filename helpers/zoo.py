@@ -71,9 +71,12 @@ ZOO: dict[str, Recipe] = {
     "lite-vit-seed1": _vit(seed=1),
     "lite-vit-seed2": _vit(seed=2),
     "lite-vit-gap": _vit(vit=dict(class_token=False, global_pool="avg")),
-    "lite-vit-noskip-1": _vit(vit=dict(no_skip_block=1)),
-    "lite-vit-noskip-3": _vit(vit=dict(no_skip_block=3)),
-    "lite-vit-noskip-5": _vit(vit=dict(no_skip_block=5)),
+    # Without CutMix: with it, the ViT without block 1's skips stayed at chance (loss 2.303 for 1,735 steps,
+    # seed 0), without it it learned at once (data/README.md, "Zoo v2 R&D probes"). All three alike.
+    "lite-vit-noskip-1": _vit(cutmix=False, vit=dict(no_skip_block=1)),
+    "lite-vit-noskip-3": _vit(cutmix=False, vit=dict(no_skip_block=3)),
+    "lite-vit-noskip-5": _vit(cutmix=False, vit=dict(no_skip_block=5)),
+    "lite-vit-nocutmix": _vit(cutmix=False),   # the intact ViT under the no-skip models' recipe (notebook 11)
     "lite-vit-data03": _vit(data_fraction=0.03),
     "lite-vit-data03-seed1": _vit(data_fraction=0.03, seed=1),
     "lite-vit-data03-seed2": _vit(data_fraction=0.03, seed=2),
