@@ -12,7 +12,8 @@ def test_attention_maps_are_probabilities_and_model_is_left_unchanged():
     with torch.no_grad():
         before = model(x)
     maps = attention.attention_maps(model, x)
-    assert len(maps) == 6 and maps[0].shape == (3, 4, 65, 65)
+    H = model.blocks[0].attn.num_heads
+    assert len(maps) == 6 and maps[0].shape == (3, H, 65, 65)
     for a in maps:
         torch.testing.assert_close(a.sum(-1), torch.ones(a.shape[:-1]))
     assert all(blk.attn.fused_attn == zoo.build("lite-vit").blocks[0].attn.fused_attn for blk in model.blocks)
@@ -30,7 +31,8 @@ def test_attention_maps_reproduce_the_attention_output():
     block.attn.register_forward_hook(lambda m, i, o: seen.__setitem__("out", o))
     probs = attention.attention_maps(model, x)[0]
     B, N, C = seen["in"].shape
-    qkv = block.attn.qkv(seen["in"]).reshape(B, N, 3, 4, C // 4).permute(2, 0, 3, 1, 4)
+    H = block.attn.num_heads
+    qkv = block.attn.qkv(seen["in"]).reshape(B, N, 3, H, C // H).permute(2, 0, 3, 1, 4)
     mixed = (probs @ qkv[2]).transpose(1, 2).reshape(B, N, C)
     torch.testing.assert_close(block.attn.proj(mixed), seen["out"], atol=1e-5, rtol=1e-5)
 
@@ -64,7 +66,7 @@ def test_distance_table_streams_batches_without_changing_the_answer():
     table = attention.attention_distance_table(model, images, batch_size=16)  # batches of 16, 16, 8
     maps = attention.attention_maps(model, preprocess_for(model)(images.tensor))
     direct = torch.stack([attention.mean_attention_distance(a, 4, 1) for a in maps]).numpy()
-    assert table.shape == (6, 4)
+    assert table.shape == (6, model.blocks[0].attn.num_heads)
     assert abs(table - direct).max() < 1e-9
 
 
@@ -73,7 +75,8 @@ def test_head_outputs_are_what_the_projection_mixes():
     model = zoo.build("lite-vit").eval()
     x = torch.randn(3, 3, 32, 32)
     heads = attention.attention_of_heads(model, x, block=2)  # (B, heads, N, head_dim)
-    assert heads.shape == (3, 4, 65, 16)
+    H = model.blocks[2].attn.num_heads
+    assert heads.shape == (3, H, 65, 64 // H)
     captured = []
     handle = model.blocks[2].attn.register_forward_hook(lambda _m, _i, out: captured.append(out))
     with torch.no_grad():
@@ -91,7 +94,8 @@ def test_head_outputs_stop_the_forward_pass_at_their_block():
     handles = [model.blocks[1].register_forward_hook(lambda *_: later.append("blocks.1")),
                model.head.register_forward_hook(lambda *_: later.append("head"))]
     heads = attention.attention_of_heads(model, torch.randn(2, 3, 32, 32), block=0)
-    assert heads.shape == (2, 4, 65, 16) and later == []
+    H = model.blocks[0].attn.num_heads
+    assert heads.shape == (2, H, 65, 64 // H) and later == []
     assert model.training and not model.blocks[0].attn.proj._forward_pre_hooks
     for handle in handles:
         handle.remove()

@@ -158,7 +158,7 @@ def test_head_groups_cka_equals_direct_computation_on_one_batch(vit, resnet):
             assert result.values[i, j] == pytest.approx(direct, abs=1e-4)
     assert result.rows == list(groups) and result.cols == ["layer1.0", "layer2.1"]
     with pytest.raises(ValueError, match="head indices"):
-        head_groups_cka(vit, resnet, images, {"bad": [4]}, ["layer1.0"])
+        head_groups_cka(vit, resnet, images, {"bad": [vit.blocks[0].attn.num_heads]}, ["layer1.0"])
 
 
 def test_label_cka_equals_direct_computation_and_knows_a_perfect_layer(vit):
