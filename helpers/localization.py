@@ -194,8 +194,10 @@ def _check_stack(A, name: str) -> torch.Tensor:
 
 def _self_dots(A: torch.Tensor, debiased: bool) -> torch.Tensor:
     """(n, T, D) centered -> (T,) values of vec(A_t A_t^T) . vec(A_t A_t^T)."""
-    n = A.shape[0]
-    value = (torch.einsum("ntd,nte->tde", A, A) ** 2).sum((1, 2))
+    n, _, D = A.shape
+    # ||A_t A_t^T||_F^2 = ||A_t^T A_t||_F^2: form whichever square matrix is smaller (n x n or D x D)
+    pattern = "ntd,mtd->tnm" if n <= D else "ntd,nte->tde"
+    value = (torch.einsum(pattern, A, A) ** 2).sum((1, 2))
     if debiased:
         a = (A * A).sum(2)  # (n, T) squared norms: diagonals of the Grams
         value = value - n / (n - 2) * (a * a).sum(0) + a.sum(0) ** 2 / ((n - 1) * (n - 2))

@@ -90,11 +90,13 @@ def ridge_probe(train_X, train_y, val_X, val_y, test_X, test_y, lambdas=LAMBDAS,
     scale = (s ** 2).mean(1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)  # (R, 1)
     shrink = s[:, None] / (s[:, None] ** 2 + lambdas[None, :, None] * scale[:, None])  # (R, L, k)
 
-    W = Vh.transpose(1, 2)[:, None] @ (shrink[..., None] * UtT[:, None])  # (R, L, p, C): every lambda's weights
+    # every lambda's weights are W = V (shrink * U^T T), (R, L, p, C); they are applied as (X V) (shrink * U^T T),
+    # so that nothing of size p x C is formed per lambda (k <= n is small in few-shot probes)
+    coefficients = shrink[..., None] * UtT[:, None]                         # (R, L, k, C)
 
     def accuracy(X, y):
         """(R, m, p) -> (R, L) accuracy of every lambda's probe."""
-        scores = (X - mean_x)[:, None] @ W                                  # (R, L, m, C)
+        scores = ((X - mean_x) @ Vh.transpose(1, 2))[:, None] @ coefficients  # (R, L, m, C)
         return (scores.argmax(-1) == y).double().mean(-1)
 
     val, test = accuracy(Xva, yva), accuracy(Xte, yte)

@@ -51,9 +51,10 @@ def test_synthetic_model_peaks_exactly_at_its_own_patch():
     assert (scores["rank"] == 0).all() and (scores["contrast"] > 0.9).all()
 
 
-def test_maps_match_linear_cka_entry_by_entry():
+@pytest.mark.parametrize("n", [50, 6])  # more images than features, and fewer (the full track's wide layers, few images)
+def test_maps_match_linear_cka_entry_by_entry(n):
     g = torch.Generator().manual_seed(1)
-    X, Y = torch.randn(50, 3, 5, generator=g, dtype=torch.float64), torch.randn(50, 4, 7, generator=g, dtype=torch.float64)
+    X, Y = torch.randn(n, 3, 5, generator=g, dtype=torch.float64), torch.randn(n, 4, 7, generator=g, dtype=torch.float64)
     Y[:, 2] += X[:, 1] @ torch.randn(5, 7, generator=g, dtype=torch.float64)
     for debiased in (False, True):
         maps = localization.localization_maps(X, Y, debiased=debiased, chunk=2)

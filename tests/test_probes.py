@@ -35,15 +35,18 @@ def test_shuffled_labels_give_chance():
     assert abs(acc.mean() - 0.25) < 0.03  # chance is 1/4; 2,000 test images give a s.e. of about 0.01
 
 
-def test_closed_form_matches_the_normal_equations():
+@pytest.mark.parametrize("p", [5, 60])  # the primal (p < n) and the dual (p > n) regime
+def test_closed_form_matches_the_normal_equations(p):
     rng = np.random.default_rng(2)
-    X, y = rng.normal(size=(40, 5)), rng.integers(0, 3, 40)
-    fit = probes.ridge_probe(X, y, X[:10], y[:10], X, y, lambdas=[0.3])
-    Xc = X - X.mean(0)
+    X, y = rng.normal(size=(40, p)), rng.integers(0, 3, 40)
+    test_X = rng.normal(size=(30, p))  # other images than the training ones, so that the dual regime is not trivially perfect
+    fit = probes.ridge_probe(X, y, X[:10], y[:10], test_X, y[:30], lambdas=[0.3])
+    mean = X.mean(0)
+    Xc = X - mean
     s2 = np.linalg.svd(Xc, compute_uv=False) ** 2
     T = probes.pm1_targets(y, 3).numpy()
-    W = np.linalg.solve(Xc.T @ Xc + 0.3 * s2.mean() * np.eye(5), Xc.T @ (T - T.mean(0)))
-    assert fit["test_accuracy"] == pytest.approx(((Xc @ W).argmax(1) == y).mean())
+    W = np.linalg.solve(Xc.T @ Xc + 0.3 * s2.mean() * np.eye(p), Xc.T @ (T - T.mean(0)))
+    assert fit["test_accuracy"] == pytest.approx((((test_X - mean) @ W).argmax(1) == y[:30]).mean())
 
 
 def test_batched_representations_are_probed_independently():
