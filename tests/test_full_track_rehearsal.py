@@ -10,8 +10,8 @@ copy (the repository's files are never written) with
     COURSE_TRACK=full  COURSE_DEVICE=cpu  COURSE_MAX_IMAGES=4 (8 for 07, 2 for 10, 16 for 13 and 14, 40 for 16)  COURSE_REHEARSAL=1
     COURSE_OUTPUT_DIR, COURSE_DOWNLOAD_DIR, HF_HOME, HF_HUB_CACHE -> temporary folders
 
-All twelve run in ONE kernel, one after the other, each in a fresh namespace (%reset -f before
-its first cell): importing torch and timm again for every notebook would cost about 5 s each.
+All twelve run in ONE kernel, one after the other, each in a fresh namespace (tests/shared_kernel.py):
+importing torch and timm again for every notebook would cost about 5 s each.
 
 Cells that only open an interactive widget (widgets.interact) are not run: the cell before each
 draws the same figure by calling the same function, and nbclient waited forever on one of them
@@ -36,13 +36,13 @@ that only stand-ins run here.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import pytest
 
 import rehearsal
+from shared_kernel import fresh_namespace, shared_kernel
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 FINDINGS = sorted(p.stem for p in NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb") if 5 <= int(p.stem[:2]) <= 16)
@@ -103,44 +103,23 @@ def test_every_full_track_name_is_a_hub_model():
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory):
-    """One kernel for every notebook, started in the full-track environment; yields {'env', 'km'}."""
+    """One kernel for every notebook, started in the full-track environment; yields {'env', 'km', 'cwd'}."""
     root = tmp_path_factory.mktemp("full_track")
     rehearsal.hub_cache(root / "hf" / "hub", rehearsed_names())
     rehearsal.imagenette_folder(root / "downloads", per_class=20)
     env = {"COURSE_TRACK": "full", "COURSE_DEVICE": "cpu", "COURSE_REHEARSAL": "1", "HF_HUB_OFFLINE": "1",
            "HF_HOME": str(root / "hf"), "HF_HUB_CACHE": str(root / "hf" / "hub"),
            "COURSE_DOWNLOAD_DIR": str(root / "downloads"), "COURSE_OUTPUT_DIR": str(root / "unused")}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # the kernel inherits this process's environment
-    from jupyter_client.manager import AsyncKernelManager
-    from nbclient.util import run_sync
-
-    # IPC sockets, not TCP ports: ports picked at random can collide with other kernels on a busy machine
-    (root / "kernel").mkdir()
-    state = {"env": env, "cwd": root,
-             "km": AsyncKernelManager(kernel_name="python3", transport="ipc", ip=str(root / "kernel" / "k"))}
-    try:
-        yield state
-    finally:
-        if state["km"].has_kernel:
-            run_sync(state["km"].shutdown_kernel)(now=True)
-        for key, value in saved.items():
-            os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
+    with shared_kernel(root, env) as km:
+        yield {"env": env, "cwd": root, "km": km}
 
 
-def _setup_cell(number: str, outputs: Path):
+def _setup_cell(number: str, outputs: Path, cwd: Path):
     """The copy's first cell: a fresh namespace, this notebook's image cap, output folder and stand-ins."""
-    import nbformat
-
     env = {"COURSE_MAX_IMAGES": str(MAX_IMAGES.get(number, DEFAULT_MAX_IMAGES)), "COURSE_OUTPUT_DIR": str(outputs)}
-    return nbformat.v4.new_code_cell("\n".join([
-        "%reset -f",
-        "import copy, gc, os, pathlib",
-        "import matplotlib.pyplot as plt",
-        "plt.close('all'); gc.collect()",
-        f"os.environ.update({env!r})",
-        "from helpers import course, models",
-        "course.OUTPUT_DIR = pathlib.Path(os.environ['COURSE_OUTPUT_DIR'])",
+    return fresh_namespace(env, cwd, "\n".join([
+        "import copy",
+        "from helpers import models",
         "models.__dict__.setdefault('_rehearsal_full', copy.deepcopy(models.TRACK_MODELS['full']))",
         f"_stand_ins = {STAND_INS[number]!r}",
         "_remap = lambda v: {k: _remap(x) for k, x in v.items()} if isinstance(v, dict) else _stand_ins.get(v, v)",
@@ -185,7 +164,7 @@ def run_notebook(path: Path, kernel: dict, outputs: Path) -> dict:
     from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.read(path, as_version=4)
-    nb.cells.insert(0, _setup_cell(path.stem[:2], outputs))
+    nb.cells.insert(0, _setup_cell(path.stem[:2], outputs, kernel["cwd"]))
     nb.cells.append(nbformat.v4.new_code_cell("import json; print('COUNTS', json.dumps(course._rehearsal_counts))"))
     client = NotebookClient(nb, km=kernel["km"], timeout=600, kernel_name="python3",
                             resources={"metadata": {"path": str(kernel["cwd"])}})

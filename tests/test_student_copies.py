@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from shared_kernel import fresh_namespace, shared_kernel
 
 ROOT = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("make_student", ROOT / "scripts" / "make_student_notebooks.py")
@@ -52,8 +53,16 @@ def _exercise_stub_error(output: dict) -> bool:
     return output.get("ename") == "NotImplementedError" and str(output.get("evalue", "")).startswith("Exercise:")
 
 
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory):
+    """One kernel for every student copy (tests/shared_kernel.py), started in STUDENT_RUN_ENV."""
+    root = tmp_path_factory.mktemp("student_copies")
+    with shared_kernel(root, STUDENT_RUN_ENV) as km:
+        yield km
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in make_student.expected_copies()))
-def test_student_copy_runs_to_the_end_with_every_exercise_unsolved(name, tmp_path, monkeypatch):
+def test_student_copy_runs_to_the_end_with_every_exercise_unsolved(name, kernel, tmp_path):
     """Only the cells that call an unsolved stub may raise, and only its NotImplementedError;
     every other cell, before and after, must run (later cells fall back to the reference).
 
@@ -63,16 +72,20 @@ def test_student_copy_runs_to_the_end_with_every_exercise_unsolved(name, tmp_pat
     import nbformat
     from nbclient import NotebookClient
 
-    for key, value in STUDENT_RUN_ENV.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path / "outputs"))
     notebook = nbformat.read(make_student.STUDENT_DIR / name, as_version=4)
     for cell in notebook.cells:
         if cell.cell_type == "code" and "widgets.interact" in cell.source:
             cell.source = "pass  # widget cell left out (see the docstring)"
-    client = NotebookClient(notebook, timeout=300, kernel_name="python3", allow_errors=True,
+    notebook.cells.insert(0, fresh_namespace({"COURSE_OUTPUT_DIR": str(tmp_path / "outputs")}, make_student.STUDENT_DIR))
+    client = NotebookClient(notebook, km=kernel, timeout=300, kernel_name="python3", allow_errors=True,
                             resources={"metadata": {"path": str(make_student.STUDENT_DIR)}})
-    client.execute()
+    with client.setup_kernel(cleanup_kc=False):  # starts the kernel if none runs (the first copy, or after a crash)
+        try:
+            for index, cell in enumerate(notebook.cells):
+                client.execute_cell(cell, index)
+        finally:
+            client.kc.stop_channels()
+    notebook.cells.pop(0)
     code_cells = [c for c in notebook.cells if c.cell_type == "code"]
     stub_errors, other_errors = 0, []
     for index, cell in enumerate(code_cells):
