@@ -93,14 +93,17 @@ def mean_attention_distance(attn: torch.Tensor, patch_size: int, num_prefix_toke
     if not isinstance(attn, torch.Tensor) or attn.ndim != 4 or attn.shape[-1] != attn.shape[-2]:
         raise ValueError(f"attn must be (B, heads, N, N) attention probabilities (one entry of attention_maps(...)), got "
                          f"{tuple(attn.shape) if isinstance(attn, torch.Tensor) else type(attn).__name__}.")
-    if (attn < 0).any() or not torch.isfinite(attn).all():
+    # one pass for both checks: NaN fails >= 0, and +inf makes the sum infinite (probabilities cannot overflow it)
+    if not (attn >= 0).all() or not torch.isfinite(attn.sum()):
         raise ValueError("attn holds negative or non-finite values: give softmax probabilities, not attention logits.")
     patches = attn[:, :, num_prefix_tokens:, num_prefix_tokens:].double()
     grid = int(round(patches.shape[-1] ** 0.5))
     if grid * grid != patches.shape[-1]:
         raise ValueError(f"{patches.shape[-1]} patch tokens do not form a square grid; check num_prefix_tokens.")
-    patches = patches / patches.sum(-1, keepdim=True)
-    per_query = (patches * patch_distances(grid, patch_size).to(patches.device)).sum(-1)  # (B, heads, P)
+    # each query's distance-weighted attention, renormalised over the patch keys (dividing the (B, heads, P)
+    # sums, not the (B, heads, P, P) maps)
+    weighted = (patches * patch_distances(grid, patch_size).to(patches.device)).sum(-1)  # (B, heads, P)
+    per_query = weighted / patches.sum(-1)
     return per_query.mean(dim=(0, 2))
 
 

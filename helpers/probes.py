@@ -93,11 +93,13 @@ def ridge_probe(train_X, train_y, val_X, val_y, test_X, test_y, lambdas=LAMBDAS,
     # every lambda's weights are W = V (shrink * U^T T), (R, L, p, C); they are applied as (X V) (shrink * U^T T),
     # so that nothing of size p x C is formed per lambda (k <= n is small in few-shot probes)
     coefficients = shrink[..., None] * UtT[:, None]                         # (R, L, k, C)
+    R, L, k, C = coefficients.shape
+    side_by_side = coefficients.permute(0, 2, 1, 3).reshape(R, k, L * C)   # one matrix product serves every lambda
 
     def accuracy(X, y):
         """(R, m, p) -> (R, L) accuracy of every lambda's probe."""
-        scores = ((X - mean_x) @ Vh.transpose(1, 2))[:, None] @ coefficients  # (R, L, m, C)
-        return (scores.argmax(-1) == y).double().mean(-1)
+        scores = (((X - mean_x) @ Vh.transpose(1, 2)) @ side_by_side).reshape(R, -1, L, C)  # (R, m, L, C)
+        return (scores.argmax(-1) == y[:, None]).double().mean(1)
 
     val, test = accuracy(Xva, yva), accuracy(Xte, yte)
     # the largest lambda among those tied for the best validation accuracy
