@@ -8,6 +8,7 @@ helpers.train trains it; helpers.models.load loads the bundled weights.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field, replace
 
 import torch
@@ -59,6 +60,10 @@ class Recipe:
             if arch != self.arch:
                 d.pop(arch)
         return d
+
+    def as_card(self) -> dict:
+        """describe() as a model card stores it (JSON: tuples become lists), to compare with a bundled card."""
+        return json.loads(json.dumps(self.describe()))
 
 
 def _vit(**changes) -> Recipe:

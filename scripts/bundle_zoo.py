@@ -37,7 +37,7 @@ def bundle(folder: Path, member: str | None = None, models_dir: Path = MODELS_DI
     member = member or card["name"]
     if member not in zoo.ZOO:
         raise SystemExit(f"{member!r} is not a zoo member; the members are {sorted(zoo.ZOO)}.")
-    wanted = json.loads(json.dumps(zoo.ZOO[member].describe()))
+    wanted = zoo.ZOO[member].as_card()
     if card["recipe"] != wanted:
         differ = sorted(k for k in wanted if card["recipe"].get(k) != wanted[k])
         raise SystemExit(f"{folder}: its recipe differs from {member}'s in {differ}; it cannot be bundled as {member}.")

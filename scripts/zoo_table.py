@@ -9,7 +9,6 @@ attention distances the card records (500 held-out images): the number of local 
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -27,7 +26,7 @@ def row(name: str) -> str:
         card = lite_card(name)
     except FileNotFoundError:
         return f"| `{name}` | not bundled | | | | |"
-    if card["recipe"] != json.loads(json.dumps(zoo.ZOO[name].describe())):
+    if card["recipe"] != zoo.ZOO[name].as_card():
         return f"| `{name}` | bundled card has another recipe than helpers/zoo.py: retrain it | | | | |"
     minutes = f"{card['train_seconds'] / 60:.0f} min, {card['threads']} thread{'s' if card['threads'] > 1 else ''}"
     cells = [f"`{name}`", f"{card['test_accuracy']:.2%}", minutes]

@@ -22,7 +22,7 @@ def probe_folder(tmp_path, recipe, command):
     folder = tmp_path / "probe"
     folder.mkdir()
     shutil.copy(MODELS_DIR / "lite-vit.safetensors", folder / "lite-vit.safetensors")
-    card = {"name": "lite-vit", "recipe": json.loads(json.dumps(recipe.describe())), "threads": 1, "command": command}
+    card = {"name": "lite-vit", "recipe": recipe.as_card(), "threads": 1, "command": command}
     (folder / "lite-vit.json").write_text(json.dumps(card))
     return folder
 
