@@ -6,6 +6,7 @@ One module per idea:
     exercises      check functions for the notebook exercises
     capture        forward hooks by preset, name or pattern; token policies
     compare        cka_matrix: CKA between every layer of one or two models over many images
+    gram_cache     per-batch Grams kept, so that one model runs once over the same images for every comparison
     attention      attention maps of timm ViTs; mean attention distance
     receptive_fields  effective receptive fields from input gradients (F4)
     residuals      norm ratios of skip connection and branch (F5)

@@ -9,11 +9,14 @@
 Per batch: one forward pass per model; inside each hook the layer's activations become the
 Gram of their column-centered rows (float32) at once, so activations are never kept; the
 accumulator takes every pair's unbiased HSIC from one matrix product and sums in float64.
-Memory is bounded by one batch's Grams, whatever the number of images.
+Activations never outlive their batch. The Grams of a model on a set of images are kept (up to
+helpers.gram_cache.MAX_BYTES in all), so a second comparison of the same model on the same images,
+with another model or with the class labels, does not run it again.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from contextlib import ExitStack, nullcontext
 
@@ -25,6 +28,7 @@ from helpers import models
 from helpers.attention import attention_of_heads
 from helpers.capture import Capture, is_vit
 from helpers.data import ImageSet, batches
+from helpers.gram_cache import BatchGrams
 from helpers.guards import check_batch_size, check_images, check_int, check_model, evaluating
 from helpers.minibatch_cka import CKAMatrix, MinibatchCKA, centered_gram
 
@@ -32,11 +36,6 @@ from helpers.minibatch_cka import CKAMatrix, MinibatchCKA, centered_gram
 def _gram_of_rows(rows: torch.Tensor) -> torch.Tensor:
     """(B, p) activations (any float dtype) -> (B, B) float32 Gram of centered rows."""
     return centered_gram(rows.float())
-
-
-def _stacked_grams(capture: Capture) -> torch.Tensor:
-    """The Grams recorded in the last forward pass as (L, B, B) (the accumulator checks them for NaN/inf)."""
-    return torch.stack(list(capture.take().values()))
 
 
 def _model(model, name: str) -> torch.nn.Module:
@@ -64,6 +63,12 @@ def _too_small(n: int) -> bool:
     if n < 4:
         print(f"Note: the last {n} image(s) were skipped (a batch needs at least 4).")
     return n < 4
+
+
+def _skipped(n_images: int, batch_size: int) -> int:
+    """How many images the last batch leaves out (1-3, with the same note as _too_small), else 0."""
+    last = n_images % batch_size
+    return last if last and _too_small(last) else 0
 
 
 def _resolved(capture: Capture) -> dict:
@@ -112,26 +117,17 @@ def cka_matrix(model_a, images: ImageSet, layers_a="blocks", model_b=None, layer
     amp_runs = bool(amp) and device.type == "cuda"
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if amp_runs else nullcontext()
 
-    stream_a = batches(images, model_a, batch_size)
-    stream_b = None if within else batches(images, model_b, batch_size)
-    n_batches, skipped = -(-len(images) // batch_size), 0
-    with ExitStack() as stack:
-        for context in (torch.no_grad(), autocast, evaluating(model_a), capture_a):
-            stack.enter_context(context)
-        if not within:
-            stack.enter_context(evaluating(model_b))
-            stack.enter_context(capture_b)
-        for x_a in tqdm(stream_a, total=n_batches, desc="CKA", disable=not progress):
-            if _too_small(len(x_a)):
-                skipped = len(x_a)
-                break
-            model_a(x_a)
-            grams_a = _stacked_grams(capture_a)
-            grams_b = None
-            if not within:
-                model_b(next(stream_b))
-                grams_b = _stacked_grams(capture_b)
-            accumulator.update_grams(grams_a, grams_b)
+    # Grams already computed for the same model, layers and images are reused (helpers.gram_cache)
+    with evaluating(model_a), (nullcontext() if within else evaluating(model_b)):
+        grams_a = BatchGrams(model_a, images, capture_a, batch_size, amp_runs)
+        grams_b = None if within else BatchGrams(model_b, images, capture_b, batch_size, amp_runs)
+        skipped = _skipped(len(images), batch_size)
+        with ExitStack() as stack:
+            for context in (torch.no_grad(), autocast, capture_a) + (() if within else (capture_b,)):
+                stack.enter_context(context)
+            for g_a, g_b in tqdm(zip(grams_a, itertools.repeat(None) if within else grams_b), total=len(grams_a), desc="CKA",
+                                 disable=not progress):
+                accumulator.update_grams(g_a, g_b)
 
     info = {"model_a": names["a"], "model_b": names["b"] or names["a"], "layers_a": str(layers_a),
             "layers_b": str(layers_b if not within else layers_a), "policy_a": policy_a, "policy_b": policy_b,
@@ -167,19 +163,18 @@ def head_groups_cka(vit, cnn, images: ImageSet, head_groups: dict, cnn_layers, b
     bad = sorted({h for group in head_groups.values() for h in group if not 0 <= h < heads})
     if bad or not head_groups or not all(head_groups.values()):
         raise ValueError(f"head_groups must be non-empty lists of head indices 0..{heads - 1} of block {block}; got {head_groups}.")
-    capture = Capture(cnn, cnn_layers)
+    capture = Capture(cnn, cnn_layers, transform=_gram_of_rows)
     accumulator = MinibatchCKA(list(head_groups), capture.labels)
     prefix = vit.num_prefix_tokens
-    n_batches = -(-len(images) // batch_size)
-    with torch.no_grad(), evaluating(vit), evaluating(cnn), capture:
-        for x_vit, x_cnn in tqdm(zip(batches(images, vit, batch_size), batches(images, cnn, batch_size)),
-                                 total=n_batches, desc="CKA", disable=not progress):
-            if _too_small(len(x_vit)):
-                break
-            outputs = attention_of_heads(vit, x_vit, block)[:, :, prefix:]  # (B, heads, patches, head_dim)
-            groups = [outputs[:, group].flatten(1) for group in head_groups.values()]
-            cnn(x_cnn)
-            accumulator.update(groups, capture.take())
+    _skipped(len(images), batch_size)
+    with evaluating(vit), evaluating(cnn):
+        cnn_grams = BatchGrams(cnn, images, capture, batch_size)  # one CNN pass serves every grouping of the heads
+        with torch.no_grad(), capture:
+            for x_vit, grams in tqdm(zip(batches(images, vit, batch_size), cnn_grams), total=len(cnn_grams),
+                                     desc="CKA", disable=not progress):
+                outputs = attention_of_heads(vit, x_vit, block)[:, :, prefix:]  # (B, heads, patches, head_dim)
+                groups = torch.stack([_gram_of_rows(outputs[:, group].flatten(1)) for group in head_groups.values()])
+                accumulator.update_grams(groups, grams)
     info = {"model_a": type(vit).__name__, "model_b": type(cnn).__name__, "block": block,
             "head_groups": {k: list(v) for k, v in head_groups.items()}, "layers_b": str(cnn_layers),
             "images": images.name, "batch_size": batch_size, "seconds": round(time.time() - start, 2)}
@@ -222,15 +217,13 @@ def label_cka(model, images: ImageSet, layers="blocks", policy: str = "all", bat
     model = _model(model, "model")
     capture = _gram_capture(model, layers, policy)
     accumulator = MinibatchCKA(capture.labels, ["class labels"])
-    seen = 0
-    with torch.no_grad(), evaluating(model), capture:
-        for x in tqdm(batches(images, model, batch_size), total=-(-len(images) // batch_size), desc="CKA", disable=not progress):
-            if _too_small(len(x)):
-                break
-            model(x)
-            label_gram = centered_gram(one_hot[seen:seen + len(x)].to(x.device))[None]
-            accumulator.update_grams(_stacked_grams(capture), label_gram)
-            seen += len(x)
+    _skipped(len(images), batch_size)
+    with evaluating(model):
+        grams = BatchGrams(model, images, capture, batch_size)  # reused when cka_matrix has computed them
+        with torch.no_grad(), capture:
+            for index, model_grams in enumerate(tqdm(grams, desc="CKA", disable=not progress)):
+                labels = one_hot[index * batch_size:(index + 1) * batch_size].to(model_grams.device)
+                accumulator.update_grams(model_grams, centered_gram(labels)[None])
     info = {"model_a": type(model).__name__, "model_b": "class labels", "layers_a": str(layers), "policy_a": policy,
             "resolved_layers_a": _resolved(capture),
             "images": images.name, "batch_size": batch_size, "seconds": round(time.time() - start, 2)}

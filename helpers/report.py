@@ -310,12 +310,15 @@ def _compute(settings: Settings, model_a, model_b, images, plan: dict, progress:
     fp, log = settings.fingerprint(), []
     parts_idx = intervals.disjoint_subsamples(len(images), settings.repeats, settings.seed) if settings.repeats else []
     jobs = _jobs(settings, model_a, model_b, images)
-    steps = [(name, k, fn) for name, fn in jobs for k in range(-1, len(parts_idx))]
+    # image set outermost, so that each model runs once per image set: the jobs after its first reuse its
+    # Grams (helpers.gram_cache), which are kept for the same ImageSet object only
+    image_sets = [images] + [subset(images, part) for part in parts_idx]
+    steps = [(name, k, fn) for k in range(-1, len(parts_idx)) for name, fn in jobs]
     parts = {name: Part(name, None, [], settings.level) for name, _ in jobs}
     try:
         for name, k, fn in tqdm(steps, desc="CKA parts", disable=not progress):
             where = cache / (f"{name}.npz" if k < 0 else f"{name}_sub{k:02d}.npz")
-            result = cached(where, fp, (lambda fn=fn, k=k: fn(images if k < 0 else subset(images, parts_idx[k]))), log)
+            result = cached(where, fp, (lambda fn=fn, k=k: fn(image_sets[k + 1])), log)
             if k < 0:
                 parts[name].full = result
             else:

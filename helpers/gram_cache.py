@@ -1,0 +1,142 @@
+"""Per-batch Grams kept for reuse: each model runs over a given set of images once, not once per comparison.
+
+    source = BatchGrams(model, images, capture, batch_size)   # before the capture's hooks are registered
+    with capture:
+        for grams in source:                                   # (L, B, B) for each batch of >= 4 images
+            accumulator.update_grams(grams, ...)
+
+Why: notebook 07 compares one ResNet with three ViTs, with a second ResNet and with the class labels,
+and the report compares each model with itself, with the other model and with the labels on every
+subsample. Each of those comparisons used to run the same model over the same images again, to get
+the same Grams. helpers.compare now takes them from here the second time.
+
+A set of Grams is reused only when everything it depends on is the same as when it was computed:
+  - what the model computes with: every parameter and buffer, checked by value (a CRC-32 of their
+    bytes, so an optimiser step, load_state_dict or an edit through .data all make it a new model),
+    its class, its modules' names and classes, their plain settings (fused_attn, global_pool, ...)
+    and the hooks registered on them;
+  - the layers as resolved (module names, output or input) and the token policy;
+  - the very same ImageSet object (for one held as a tensor, that tensor unchanged) and the batch size;
+  - the device, and bfloat16 autocast on or off.
+The Grams are kept on the CPU, MAX_BYTES in all at most (the least recently used are dropped first); a
+set too big to fit alone is never kept. clear() empties the cache. Results are the same with or without
+it (tests/test_gram_cache.py compares them bit for bit).
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+import zlib
+from collections import OrderedDict
+
+import torch
+
+from helpers.data import ImageSet, batches
+
+MAX_BYTES = 512 * 2**20  # 512 MiB: about 20 sets of a ViT's 13 layers on 2,048 images in batches of 256
+MIN_BATCH = 4  # unbiased HSIC needs at least 4 examples; a smaller last batch is skipped (helpers.compare)
+
+_CACHE: OrderedDict = OrderedDict()  # key -> (weak reference to the ImageSet, [(L, B, B) CPU tensors])
+
+
+def clear() -> None:
+    """Forget every kept Gram (the memory is freed; later analyses run their models again)."""
+    _CACHE.clear()
+
+
+def kept_bytes() -> int:
+    """How much memory the kept Grams take now, in bytes."""
+    return sum(_size(grams) for _, grams in _CACHE.values())
+
+
+def _size(grams: list) -> int:
+    return sum(g.numel() * g.element_size() for g in grams)
+
+
+def _tensor_bytes(tensor: torch.Tensor) -> memoryview:
+    """The raw bytes of a tensor of any dtype (bfloat16 too), read on the CPU."""
+    flat = tensor.detach().reshape(-1).contiguous()
+    return memoryview(flat.view(torch.uint8).cpu().numpy())
+
+
+def _plain(value) -> bool:
+    return isinstance(value, (bool, int, float, str, type(None))) or (
+        isinstance(value, (tuple, list, dict)) and len(repr(value)) < 10_000)
+
+
+def model_fingerprint(model: torch.nn.Module) -> tuple:
+    """What the model's output depends on, as a hashable value (see the module docstring).
+
+    Reads every weight once (a CRC-32 runs at about 3 GB/s: 0.03 s for a ResNet-50).
+    """
+    structure = []
+    for name, module in model.named_modules():
+        settings = tuple(sorted((k, repr(v)) for k, v in vars(module).items()
+                                if not k.startswith("_") and k != "training" and _plain(v)))
+        hooks = tuple(id(h) for hooks in (module._forward_pre_hooks, module._forward_hooks) for h in hooks.values())
+        structure.append((name, type(module).__qualname__, settings, hooks))
+    crc = 0
+    for tensor in itertools.chain(model.parameters(), model.buffers()):
+        structure.append((tuple(tensor.shape), str(tensor.dtype)))
+        crc = zlib.crc32(_tensor_bytes(tensor), crc)
+    return tuple(structure), crc
+
+
+def _images_token(images: ImageSet) -> tuple:
+    """The ImageSet object (by identity; its entry holds a weak reference to check it), and its tensor's state."""
+    tensor = images.tensor
+    held = None if tensor is None else (tensor.data_ptr(), tensor._version, tuple(tensor.shape))
+    return id(images), len(images), held
+
+
+class BatchGrams:
+    """The (L, B, B) Grams of a Capture's layers for each batch of `images` (of >= MIN_BATCH images), in order.
+
+    model: the torch module the capture records (in the caller's eval and no_grad contexts).
+    capture: a helpers.capture.Capture whose transform turns each layer's rows into a centered Gram.
+    Create it BEFORE entering the capture: the fingerprint must not see the capture's own hooks.
+    Iterating runs one forward pass per batch (Grams on the model's device) unless the same Grams are
+    kept; computed ones are kept when the last batch is done, if they fit in MAX_BYTES.
+    """
+
+    def __init__(self, model, images: ImageSet, capture, batch_size: int, amp: bool = False):
+        self.model, self.images, self.capture, self.batch_size = model, images, capture, batch_size
+        self.device = next(model.parameters(), torch.empty(0)).device
+        taps = tuple((t.label, t.module, t.where) for t in capture.taps)
+        self.key = (model_fingerprint(model), taps, capture.policy, _images_token(images), batch_size, bool(amp),
+                    str(self.device))
+        self.n_batches = len(images) // batch_size + (len(images) % batch_size >= MIN_BATCH)
+        entry = _CACHE.get(self.key) if MAX_BYTES > 0 else None
+        self.kept = None
+        if entry is not None and entry[0]() is images:
+            _CACHE.move_to_end(self.key)
+            self.kept = entry[1]
+
+    def __len__(self):
+        return self.n_batches
+
+    def __iter__(self):
+        if self.kept is not None:
+            for grams in self.kept:
+                yield grams.to(self.device)
+            return
+        computed = []
+        stream = batches(self.images, self.model, self.batch_size)
+        for _ in range(self.n_batches):
+            self.model(next(stream))
+            grams = torch.stack(list(self.capture.take().values()))
+            computed.append(grams.cpu())
+            if len(computed) == self.n_batches:  # before the last yield: a consumer may stop after it
+                _keep(self.key, self.images, computed)
+            yield grams
+
+
+def _keep(key, images: ImageSet, grams: list) -> None:
+    size = _size(grams)
+    if size > MAX_BYTES:
+        return
+    _CACHE[key] = (weakref.ref(images), grams)
+    _CACHE.move_to_end(key)
+    while kept_bytes() > MAX_BYTES:
+        _CACHE.popitem(last=False)
