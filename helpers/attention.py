@@ -48,13 +48,18 @@ def _check_vit(model) -> None:
                         "exist only for timm ViTs (a CNN or a Mixer has none).")
 
 
+class _StopForward(Exception):
+    """Raised by a hook to end a forward pass once the wanted output is in hand."""
+
+
 @torch.no_grad()
-def attention_maps(model, images: torch.Tensor) -> list:
-    """Attention probabilities of every block.
+def attention_maps(model, images: torch.Tensor, blocks: int | None = None) -> list:
+    """Attention probabilities of every block (or of the first `blocks` blocks).
 
     images: (B, 3, H, W) preprocessed input. Returns a list (one per block) of (B, heads, N, N)
-    tensors, N = prefix tokens + patches; each row sums to 1. Runs in eval mode; the model
-    comes back in the mode it came in.
+    tensors, N = prefix tokens + patches; each row sums to 1. blocks=k stops the forward pass after
+    block k-1's attention (the later blocks never run). Runs in eval mode; the model comes back in
+    the mode it came in.
     """
     _check_vit(model)
     check_image_batch(images)
@@ -62,18 +67,33 @@ def attention_maps(model, images: torch.Tensor) -> list:
     with explicit_attention(model) as modules, evaluating(model):
         if not modules:
             raise ValueError("This model has no timm Attention modules: attention maps exist only for timm ViTs.")
-        handles = [m.attn_drop.register_forward_hook(
-            lambda _mod, _inp, out, i=i: captured.__setitem__(i, out.detach().clone()))
-            for i, m in enumerate(modules)]
+        wanted = len(modules) if blocks is None else _check_blocks(blocks, len(modules))
+
+        def keep(i, out):
+            captured[i] = out.detach().clone()
+            if i == wanted - 1 and wanted < len(modules):
+                raise _StopForward  # the blocks after the last wanted one would run only to be thrown away
+
+        handles = [m.attn_drop.register_forward_hook(lambda _mod, _inp, out, i=i: keep(i, out))
+                   for i, m in enumerate(modules[:wanted])]
         try:
             model(images)
+        except _StopForward:
+            pass
         finally:
             for h in handles:
                 h.remove()
-    if len(captured) != len(modules):
-        raise RuntimeError(f"Only {len(captured)} of {len(modules)} attention hooks fired. "
+    if len(captured) != wanted:
+        raise RuntimeError(f"Only {len(captured)} of {wanted} attention hooks fired. "
                            "Is this a timm VisionTransformer whose Attention uses `attn_drop`?")
-    return [captured[i] for i in range(len(modules))]
+    return [captured[i] for i in range(wanted)]
+
+
+def _check_blocks(blocks, available: int) -> int:
+    if isinstance(blocks, bool) or not isinstance(blocks, int) or not 1 <= blocks <= available:
+        raise ValueError(f"blocks={blocks!r}: give how many blocks to measure from the first, 1..{available} "
+                         "(or None for all).")
+    return blocks
 
 
 def patch_distances(grid: int, patch_size: int) -> torch.Tensor:
@@ -118,12 +138,13 @@ def _patch_size(model) -> int:
 
 
 @torch.no_grad()
-def attention_distance_table(model, images, batch_size: int = 64, device=None):
+def attention_distance_table(model, images, batch_size: int = 64, device=None, blocks: int | None = None):
     """Mean attention distance (px) of every head of every block, averaged over all `images`.
 
     images: a helpers.data.ImageSet, preprocessed the model's own way; streamed in batches, so
     only one batch of attention maps exists at a time. Returns a (blocks, heads) float64 numpy
     array. Patch queries and keys only, renormalised over patch keys (see mean_attention_distance).
+    blocks=k: the first k blocks only, (k, heads), and the later blocks are never run.
     """
     from helpers.data import batches  # here, not at the top: helpers.data imports timm, this module need not
 
@@ -135,16 +156,12 @@ def attention_distance_table(model, images, batch_size: int = 64, device=None):
     patch, prefix = _patch_size(model), model.num_prefix_tokens
     total, count = None, 0
     for x in batches(images, model, batch_size, device):
-        per_block = torch.stack([mean_attention_distance(a, patch, prefix) for a in attention_maps(model, x)])
+        per_block = torch.stack([mean_attention_distance(a, patch, prefix) for a in attention_maps(model, x, blocks)])
         total = per_block * len(x) if total is None else total + per_block * len(x)
         count += len(x)
     if count == 0:
         raise ValueError("No images: attention distances need at least one image.")
     return (total / count).cpu().numpy()
-
-
-class _StopForward(Exception):
-    """Raised by a hook to end a forward pass once the wanted output is in hand."""
 
 
 def attention_of_heads(model, images: torch.Tensor, block: int) -> torch.Tensor:

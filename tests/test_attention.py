@@ -100,3 +100,22 @@ def test_head_outputs_stop_the_forward_pass_at_their_block():
     for handle in handles:
         handle.remove()
     assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)  # a normal pass afterwards
+
+
+def test_the_first_blocks_alone_give_the_same_distances_and_stop_the_pass():
+    from helpers.data import image_set
+
+    torch.manual_seed(0)
+    model = zoo.build("lite-vit").eval()
+    images = image_set("shapes", count=24)
+    whole = attention.attention_distance_table(model, images, batch_size=16)
+    ran = []
+    handle = model.blocks[2].register_forward_hook(lambda *_: ran.append("blocks.2"))
+    first_two = attention.attention_distance_table(model, images, batch_size=16, blocks=2)
+    handle.remove()
+    assert first_two.shape == (2, whole.shape[1]) and (first_two == whole[:2]).all()
+    assert ran == [], "the blocks after the last one asked for ran"
+    assert len(attention.attention_maps(model, torch.randn(2, 3, 32, 32), blocks=6)) == 6
+    for bad in (0, 7, 1.5, True):
+        with pytest.raises(ValueError, match="blocks="):
+            attention.attention_maps(model, torch.randn(2, 3, 32, 32), blocks=bad)
