@@ -5,7 +5,8 @@
 
 Starting a kernel and importing torch, timm and the helpers again costs about 5 s per notebook;
 the full-track rehearsal (12 notebooks) and the student-copy runs (17) each share one kernel, and
-each notebook's first cell is fresh_namespace(...) (%reset -f, figures closed, its own output folder).
+each notebook's first cell is fresh_namespace(...) (%reset -f, figures closed, its own output folder,
+figures not rendered for display).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def shared_kernel(folder: Path, env: dict):
 
 def fresh_namespace(env: dict, cwd: Path, extra: str = ""):
     """A first cell for the next notebook: an empty namespace, no open figures, `env` set, the working
-    folder `cwd`, and the course's output folder read again from env["COURSE_OUTPUT_DIR"]."""
+    folder `cwd`, the course's output folder read again from env["COURSE_OUTPUT_DIR"], and matplotlib's
+    non-interactive Agg backend (plt.show() draws nothing; saved figures are still drawn into their files)."""
     import nbformat
 
     return nbformat.v4.new_code_cell("\n".join([
@@ -48,6 +50,10 @@ def fresh_namespace(env: dict, cwd: Path, extra: str = ""):
         "plt.close('all'); gc.collect()",
         f"os.environ.update({env!r})",
         f"os.chdir({str(cwd)!r})",
+        # figures are drawn only where the notebook saves them (helpers.plots.save_figure), not rendered for
+        # display: nbval and the browser test render every figure; here that took about a fifth of the time
+        "import matplotlib, warnings; matplotlib.use('agg')",
+        "warnings.filterwarnings('ignore', message='FigureCanvasAgg is non-interactive')",
         "from helpers import course",
         "course.OUTPUT_DIR = pathlib.Path(os.environ['COURSE_OUTPUT_DIR'])",
         extra]))
