@@ -9,10 +9,17 @@ import os
 os.environ["COURSE_TRACK"] = "lite"
 os.environ.setdefault("COURSE_DEVICE", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never wait on the network in tests
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # two test workers share the machine's cores: one torch thread each (and in each notebook kernel, which
+    # inherits this), since two workers of several threads each oversubscribe the cores and run slower
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 
 
 import pytest  # noqa: E402  (after the environment is set, before any helpers import)
 import torch  # noqa: E402
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
