@@ -28,7 +28,7 @@ from helpers import models
 from helpers.attention import attention_of_heads
 from helpers.capture import Capture, is_vit
 from helpers.data import ImageSet, batches
-from helpers.gram_cache import BatchGrams
+from helpers.gram_cache import MIN_BATCH, BatchGrams
 from helpers.guards import check_batch_size, check_images, check_int, check_model, evaluating
 from helpers.minibatch_cka import CKAMatrix, MinibatchCKA, centered_gram
 
@@ -59,10 +59,12 @@ def _gram_capture(model, layers, policy, which: str = "") -> Capture:
 
 
 def _too_small(n: int) -> bool:
-    """True, with a printed note, for a last batch of 1-3 images: it cannot give an unbiased estimate."""
-    if n < 4:
-        print(f"Note: the last {n} image(s) were skipped (a batch needs at least 4).")
-    return n < 4
+    """True, with a printed note, for a last batch of 1-3 images: it cannot give an unbiased estimate.
+
+    The same rule as BatchGrams' batch count (gram_cache.MIN_BATCH), so cached and fresh runs skip alike."""
+    if n < MIN_BATCH:
+        print(f"Note: the last {n} image(s) were skipped (a batch needs at least {MIN_BATCH}).")
+    return n < MIN_BATCH
 
 
 def _skipped(n_images: int, batch_size: int) -> int:

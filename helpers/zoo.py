@@ -82,10 +82,15 @@ ZOO: dict[str, Recipe] = {
     "lite-vit-noskip-3": _vit(cutmix=False, vit=dict(no_skip_block=3)),
     "lite-vit-noskip-5": _vit(cutmix=False, vit=dict(no_skip_block=5)),
     "lite-vit-nocutmix": _vit(cutmix=False),   # the intact ViT under the no-skip models' recipe (notebook 11)
+    # 1% (500 images): added when 3% did not remove local heads (data/README.md, "F2 at 1% of the data")
+    "lite-vit-data01": _vit(data_fraction=0.01),
+    "lite-vit-data01-seed1": _vit(data_fraction=0.01, seed=1),
+    "lite-vit-data01-seed2": _vit(data_fraction=0.01, seed=2),
     "lite-vit-data03": _vit(data_fraction=0.03),
     "lite-vit-data03-seed1": _vit(data_fraction=0.03, seed=1),
     "lite-vit-data03-seed2": _vit(data_fraction=0.03, seed=2),
     "lite-vit-data10": _vit(data_fraction=0.10),
+    "lite-vit-data10-seed1": _vit(data_fraction=0.10, seed=1),   # more seeds of the series: is accuracy ordered by data?
     "lite-vit-data30": _vit(data_fraction=0.30),
     "lite-resnet": Recipe(arch="resnet", steps=3000, lr=2e-3),
     "lite-resnet-seed1": Recipe(arch="resnet", steps=3000, lr=2e-3, seed=1),
