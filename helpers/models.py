@@ -48,6 +48,9 @@ TRACK_MODELS = {
              "vit_seeds": {"seed 0": "lite-vit", "seed 1": "lite-vit-seed1", "seed 2": "lite-vit-seed2"},
              "vit_little_data_seeds": {"seed 0": "lite-vit-data03", "seed 1": "lite-vit-data03-seed1",
                                        "seed 2": "lite-vit-data03-seed2"},
+             # 1% of the data (500 images), the same seeds: added when 3% did not remove local heads (08)
+             "vit_least_data_seeds": {"seed 0": "lite-vit-data01", "seed 1": "lite-vit-data01-seed1",
+                                      "seed 2": "lite-vit-data01-seed2"},
              "resnet_seeds": {"seed 0": "lite-resnet", "seed 1": "lite-resnet-seed1"},
              "mixer": "lite-mixer", "efficientnet": "lite-efficientnet",  # F10 (15); your own comparison (16)
              "vit_large": None},  # one ViT size only: model scale (14) is a full-track section
@@ -60,6 +63,7 @@ TRACK_MODELS = {
              # no seeds of one recipe are published: one run each, paired by the same key
              "vit_seeds": {"one run": "vit_base_patch16_224.augreg_in21k_ft_in1k"},
              "vit_little_data_seeds": {"one run": "vit_base_patch16_224.augreg_in1k"},
+             "vit_least_data_seeds": None,  # no public ViT-B/16 of this recipe on less than ImageNet-1k
              "resnet_seeds": {"one run": "resnet50.tv_in1k"},
              "mixer": "mixer_b16_224.goog_in21k_ft_in1k", "efficientnet": "efficientnet_b0.ra_in1k",
              "vit_large": "vit_large_patch16_224.augreg_in21k_ft_in1k"},

@@ -91,7 +91,9 @@ ZOO: dict[str, Recipe] = {
     "lite-vit-data03-seed2": _vit(data_fraction=0.03, seed=2),
     "lite-vit-data10": _vit(data_fraction=0.10),
     "lite-vit-data10-seed1": _vit(data_fraction=0.10, seed=1),   # more seeds of the series: is accuracy ordered by data?
+    "lite-vit-data10-seed2": _vit(data_fraction=0.10, seed=2),
     "lite-vit-data30": _vit(data_fraction=0.30),
+    "lite-vit-data30-seed1": _vit(data_fraction=0.30, seed=1),
     "lite-resnet": Recipe(arch="resnet", steps=3000, lr=2e-3),
     "lite-resnet-seed1": Recipe(arch="resnet", steps=3000, lr=2e-3, seed=1),
     "lite-mixer": Recipe(arch="mixer"),                        # the ViT's schedule (F10: Mixer vs ViT vs ResNet)

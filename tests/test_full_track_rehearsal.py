@@ -78,7 +78,10 @@ def _remapped(value, stand_ins: dict):
 
 
 def _names(value) -> list:
-    return [n for v in value.values() for n in _names(v)] if isinstance(value, dict) else [value]
+    """Every model name in a TRACK_MODELS value; None (a role this track has no model for) gives none."""
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in _names(v)]
+    return [] if value is None else [value]
 
 
 def full_track_names() -> list:
