@@ -82,7 +82,7 @@ ZOO: dict[str, Recipe] = {
     "lite-vit-noskip-3": _vit(cutmix=False, vit=dict(no_skip_block=3)),
     "lite-vit-noskip-5": _vit(cutmix=False, vit=dict(no_skip_block=5)),
     "lite-vit-nocutmix": _vit(cutmix=False),   # the intact ViT under the no-skip models' recipe (notebook 11)
-    # 1% (500 images): added when 3% did not remove local heads (data/README.md, "F2 at 1% of the data")
+    # 1% (500 images): added when 3% did not remove local heads (data/README.md, "The data series over seeds")
     "lite-vit-data01": _vit(data_fraction=0.01),
     "lite-vit-data01-seed1": _vit(data_fraction=0.01, seed=1),
     "lite-vit-data01-seed2": _vit(data_fraction=0.01, seed=2),
