@@ -1,20 +1,16 @@
 """scripts/bundle_zoo.py: a trained model becomes a zoo member only with that member's exact recipe."""
 
-import importlib.util
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 from safetensors import safe_open
+from script_module import load_script
 
 from helpers import zoo
 from helpers.train import MODELS_DIR
 
-ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("bundle_zoo", ROOT / "scripts" / "bundle_zoo.py")
-bundle_zoo = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bundle_zoo)
+bundle_zoo = load_script("bundle_zoo")
 
 
 def probe_folder(tmp_path, recipe, command):

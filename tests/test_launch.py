@@ -5,35 +5,23 @@ simulated by a stub module and github.com redirected (by git's own `url.insteadO
 repository: no network, and it must not reinstall torch.
 """
 
-import importlib.util
 import json
 import os
 import re
 import shutil
 import subprocess
-import sys
 import sysconfig
 import venv
 from pathlib import Path
 
 import pytest
+from script_module import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
-    return module
-
-
-launch = _script("launch")
-colab_setup = _script("colab_setup")
+launch = load_script("launch")
+colab_setup = load_script("colab_setup")
 SLUG, BRANCH = launch.launch_config()
 
 

@@ -1,17 +1,13 @@
 """Student copies are generated, never edited by hand (this fails when they are stale), and each runs to
 the end with every exercise left unsolved."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
+from script_module import load_script
 from shared_kernel import fresh_namespace, shared_kernel
 
-ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("make_student", ROOT / "scripts" / "make_student_notebooks.py")
-make_student = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(make_student)
+make_student = load_script("make_student_notebooks")
 
 
 def test_student_copies_are_up_to_date():

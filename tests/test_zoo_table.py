@@ -1,15 +1,11 @@
 """scripts/zoo_table.py: the data series it lays out is the main ViT recipe, by seed and data fraction."""
 
-import importlib.util
-from pathlib import Path
+from script_module import load_script
 
 from helpers import zoo
 from helpers.models import lite_card
 
-ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("zoo_table", ROOT / "scripts" / "zoo_table.py")
-zoo_table = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(zoo_table)
+zoo_table = load_script("zoo_table")
 
 
 def test_the_data_series_holds_only_the_main_recipe_by_seed_and_fraction():
