@@ -29,6 +29,12 @@ _N_PARAMS = 32  # random numbers drawn per image
 # Geometry of the shapes, in pixels: centre drawn uniformly in [lo, lo + span], radius likewise.
 CENTRE_RANGE = (10.0, 12.0)
 RADIUS_RANGE = (7.5, 4.0)
+# Variants of the task (R&D of a harder lite task, data/README.md). "standard" is every bundled model's.
+# "low-contrast": the brightness gap between shape and background is scaled by a factor drawn
+# uniformly from LOW_CONTRAST_RANGE per image, so in many images the shape stands out less than its
+# stripes do and must be found from where the texture changes, a local cue.
+VARIANTS = ("standard", "low-contrast")
+LOW_CONTRAST_RANGE = (0.2, 1.0)
 
 
 # --------------------------------------------------------------------------- counter-based randomness
@@ -91,11 +97,24 @@ def _colour_pair(p: torch.Tensor):
     return torch.where(light_shape, bright, dark), torch.where(light_shape, dark, bright)
 
 
-def render(indices, seed: int = DEFAULT_SEED) -> tuple[torch.Tensor, torch.Tensor]:
+def check_variant(variant: str) -> str:
+    if variant not in VARIANTS:
+        raise ValueError(f"Unknown shapes variant {variant!r}; use one of {', '.join(VARIANTS)}.")
+    return variant
+
+
+def _scale_contrast(fg: torch.Tensor, bg: torch.Tensor, factor: torch.Tensor):
+    """Move both colours (B, 3) towards their mean by `factor` (B,): 1 keeps them, 0 makes them equal."""
+    mid, f = (fg + bg) / 2, factor[:, None]
+    return mid + f * (fg - mid), mid + f * (bg - mid)
+
+
+def render(indices, seed: int = DEFAULT_SEED, variant: str = "standard") -> tuple[torch.Tensor, torch.Tensor]:
     """Render images by index.
 
-    indices: sequence of ints. Returns images (B, 3, 32, 32) uint8 and labels (B,) int64.
+    indices: sequence of ints. variant: one of VARIANTS. Returns images (B, 3, 32, 32) uint8 and labels (B,) int64.
     """
+    check_variant(variant)
     indices = np.asarray(indices, dtype=np.int64).reshape(-1)
     if len(indices) and (indices.min() < 0 or indices.max() >= N_TRAIN + N_TEST):
         raise IndexError(f"Shape image indices run from 0 to {N_TRAIN + N_TEST - 1}; got {indices.min()}..{indices.max()}.")
@@ -117,6 +136,9 @@ def render(indices, seed: int = DEFAULT_SEED) -> tuple[torch.Tensor, torch.Tenso
 
     # textures and colours, independent of the class
     fg_colour, bg_colour = _colour_pair(p[:, 4:11])
+    if variant == "low-contrast":  # column 31 is otherwise unused, so the standard images do not change
+        lo, hi = LOW_CONTRAST_RANGE
+        fg_colour, bg_colour = _scale_contrast(fg_colour, bg_colour, lo + (hi - lo) * p[:, 31])
     fg = fg_colour[:, :, None, None] * (1 + (0.15 + 0.2 * p[:, 11, None, None, None]) * _stripes(p[:, 12:15], x, y)[:, None])
     bg_texture = 0.5 * (_stripes(p[:, 15:18], x, y) + _stripes(p[:, 18:21], x, y))
     bg = bg_colour[:, :, None, None] * (1 + (0.15 + 0.2 * p[:, 21, None, None, None]) * bg_texture[:, None])
@@ -154,10 +176,11 @@ def split_indices(split: str, fraction: float = 1.0) -> np.ndarray:
 
 
 def load_split(split: str, fraction: float = 1.0, count: int | None = None, seed: int = DEFAULT_SEED,
-               batch: int = 1000) -> tuple[torch.Tensor, torch.Tensor]:
+               batch: int = 1000, variant: str = "standard") -> tuple[torch.Tensor, torch.Tensor]:
     """Render a whole split (or its first `count` images) as uint8 images (N, 3, 32, 32) and labels (N,)."""
+    check_variant(variant)
     indices = split_indices(split, fraction)
     if count is not None:
         indices = indices[:count]
-    parts = [render(indices[s:s + batch], seed) for s in range(0, len(indices), batch)]
+    parts = [render(indices[s:s + batch], seed, variant) for s in range(0, len(indices), batch)]
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])

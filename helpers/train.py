@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from helpers import attention, shapes, zoo
 from helpers.course import DATA_DIR
-from helpers.data import image_set
+from helpers.data import image_set, tensor_set
 
 MODELS_DIR = DATA_DIR / "models"
 
@@ -100,7 +100,7 @@ def train(model, recipe: zoo.Recipe, progress: bool = True, probe_every: int = 0
     """
     torch.manual_seed(recipe.seed)
     generator = torch.Generator().manual_seed(recipe.seed)
-    images, labels = shapes.load_split("train", recipe.data_fraction)
+    images, labels = shapes.load_split("train", recipe.data_fraction, variant=recipe.shapes_variant)
     decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim > 1 and "pos_embed" not in n]
     no_decay = [p for n, p in model.named_parameters() if p.requires_grad and (p.ndim <= 1 or "pos_embed" in n)]
     optimiser = torch.optim.AdamW([{"params": decay, "weight_decay": recipe.weight_decay},
@@ -129,7 +129,7 @@ def train(model, recipe: zoo.Recipe, progress: bool = True, probe_every: int = 0
             bar.set_postfix(loss=f"{loss_ema:.3f}")
         if probe_every and (step + 1) % probe_every == 0:
             model.eval()
-            distances = attention_distances(model, count=256)
+            distances = attention_distances(model, count=256, variant=recipe.shapes_variant)
             model.train()
             history.append({"step": step + 1, "loss": round(loss_ema, 4), "attention_distance_px": distances})
             bar.write(f"step {step + 1}: lowest head in blocks 0-1 {min(distances[0] + distances[1]):.1f} px, "
@@ -141,18 +141,20 @@ def train(model, recipe: zoo.Recipe, progress: bool = True, probe_every: int = 0
     return log
 
 
-def attention_distances(model, count: int = 500) -> list:
-    """Per block, per head mean attention distance (px) on the first `count` held-out images."""
-    table = attention.attention_distance_table(model, image_set("shapes", count=count), batch_size=count)
+def attention_distances(model, count: int = 500, variant: str = "standard") -> list:
+    """Per block, per head mean attention distance (px) on the first `count` held-out images (of the variant)."""
+    images = image_set("shapes", count=count) if variant == "standard" else \
+        tensor_set(*shapes.load_split("test", count=count, variant=variant), name=f"shapes ({variant})")
+    table = attention.attention_distance_table(model, images, batch_size=count)
     return [[round(float(d), 2) for d in heads] for heads in table]
 
 
 CHECK_IMAGES = 2000  # the held-out images the test suite re-evaluates every checkpoint on
 
 
-def check_accuracy(model) -> float:
+def check_accuracy(model, variant: str = "standard") -> float:
     """Accuracy on the first CHECK_IMAGES test images: recorded in the card, re-checked by the tests."""
-    images, labels = shapes.load_split("test", count=CHECK_IMAGES)
+    images, labels = shapes.load_split("test", count=CHECK_IMAGES, variant=variant)
     return round(accuracy(model, images, labels), 4)
 
 
@@ -178,9 +180,10 @@ def reproducing_command(argv: list) -> str:
     return "python -m helpers.train " + " ".join(kept)
 
 
-def experiment(recipe: zoo.Recipe, steps=None, seed=None, cutmix=None, heads=None) -> zoo.Recipe:
+def experiment(recipe: zoo.Recipe, steps=None, seed=None, cutmix=None, heads=None, shapes_variant=None) -> zoo.Recipe:
     """The recipe with the command line's overrides (None keeps the recipe's value)."""
-    changes = {k: v for k, v in dict(steps=steps, seed=seed, cutmix=cutmix).items() if v is not None}
+    changes = {k: v for k, v in dict(steps=steps, seed=seed, cutmix=cutmix, shapes_variant=shapes_variant).items()
+               if v is not None}
     if heads is not None:
         if recipe.arch != "vit":
             raise SystemExit(f"--heads is for ViTs; this recipe's architecture is {recipe.arch!r}.")
@@ -196,6 +199,8 @@ def main(argv=None) -> int:
     parser.add_argument("--cutmix", action=argparse.BooleanOptionalAction, default=None,
                         help="override the recipe's CutMix setting (experiments)")
     parser.add_argument("--heads", type=int, help="ViTs: override the number of attention heads per block (experiments)")
+    parser.add_argument("--shapes-variant", choices=shapes.VARIANTS,
+                        help="train and test on a variant of the shapes images (R&D of a harder task)")
     parser.add_argument("--probe-every", type=int, default=0, metavar="N",
                         help="ViTs: measure attention distances every N steps and keep them in the card")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads for torch (default 2)")
@@ -203,12 +208,13 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
-    recipe = experiment(zoo.ZOO[args.name], steps=args.steps, seed=args.seed, cutmix=args.cutmix, heads=args.heads)
+    recipe = experiment(zoo.ZOO[args.name], steps=args.steps, seed=args.seed, cutmix=args.cutmix, heads=args.heads,
+                        shapes_variant=args.shapes_variant)
     torch.manual_seed(recipe.seed)  # the initial weights, too, follow from the recipe's seed
     model = zoo.build(recipe)
     log = train(model, recipe, probe_every=args.probe_every if recipe.arch == "vit" else 0)
     to_fp16_and_back(model)
-    test_images, test_labels = shapes.load_split("test")
+    test_images, test_labels = shapes.load_split("test", variant=recipe.shapes_variant)
     card = {
         "name": args.name,
         "architecture": f"timm {type(model).__name__}",
@@ -216,7 +222,7 @@ def main(argv=None) -> int:
         "recipe": recipe.describe(),
         "test_accuracy": round(accuracy(model, test_images, test_labels), 4),
         "test_images": len(test_labels),
-        "check_accuracy": check_accuracy(model),
+        "check_accuracy": check_accuracy(model, recipe.shapes_variant),
         "check_images": CHECK_IMAGES,
         **log,
         "threads": args.threads,
@@ -226,7 +232,7 @@ def main(argv=None) -> int:
     }
     if recipe.arch == "vit":
         grid = shapes.IMAGE_SIZE // recipe.vit["patch_size"]
-        card["attention_distance_px"] = attention_distances(model)
+        card["attention_distance_px"] = attention_distances(model, variant=recipe.shapes_variant)
         card["uniform_attention_distance_px"] = round(attention.uniform_attention_distance(grid, recipe.vit["patch_size"]), 2)
     args.out.mkdir(parents=True, exist_ok=True)
     save_file({k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in model.state_dict().items()}, str(args.out / f"{args.name}.safetensors"),

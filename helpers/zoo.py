@@ -40,6 +40,7 @@ class Recipe:
     warmup_frac: float = 0.03
     label_smoothing: float = 0.1
     cutmix: bool = True            # paste a box from another image into every batch, mix the labels by area
+    shapes_variant: str = "standard"   # helpers.shapes.VARIANTS; every bundled model: "standard"
     vit: dict = field(default_factory=lambda: dict(embed_dim=64, depth=6, num_heads=8, mlp_ratio=2.0,
                                                    patch_size=4, class_token=True, global_pool="token",
                                                    pos_embed="sincos-grid", no_skip_block=None))
@@ -56,6 +57,8 @@ class Recipe:
 
     def describe(self) -> dict:
         d = asdict(self)
+        if d["shapes_variant"] == "standard":  # cards from before variants existed lack the key; keep them equal
+            d.pop("shapes_variant")
         for arch in ("vit", "resnet", "mixer", "efficientnet"):
             if arch != self.arch:
                 d.pop(arch)

@@ -25,9 +25,9 @@ from safetensors.torch import load_file
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from helpers import models, zoo  # noqa: E402
+from helpers import models, shapes, zoo  # noqa: E402
 from helpers.compare import head_groups_cka  # noqa: E402
-from helpers.data import image_set  # noqa: E402
+from helpers.data import image_set, tensor_set  # noqa: E402
 
 
 def load_probe(folder: Path):
@@ -56,15 +56,22 @@ def load_any(where: str):
     return models.load(where), models.lite_card(where)
 
 
-def measure(folder: str, resnet_name: str, count: int) -> dict:
+def measure(folder: str, resnet_name: str, count: int, cka: bool = True) -> dict:
     vit, card = load_any(folder)
-    resnet = load_any(resnet_name)[0]
-    images = image_set("shapes", count=count)
     distances, uniform = card["attention_distance_px"], card["uniform_attention_distance_px"]
+    early = distances[0] + distances[1]
     result = {"probe": Path(folder).name, "command": card["command"], "check_accuracy": card["check_accuracy"],
-              "lowest_early_head_frac": round(min(distances[0] + distances[1]) / uniform, 3),
-              "local_heads_blocks_0_1": sum(d < 0.6 * uniform for d in distances[0] + distances[1]),
+              "test_accuracy": card["test_accuracy"],
+              "lowest_early_head_frac": round(min(early) / uniform, 3),
+              "mean_early_head_frac": round(sum(early) / len(early) / uniform, 3),
+              "local_heads_blocks_0_1": sum(d < 0.6 * uniform for d in early),
               "last_block_frac": [round(min(distances[-1]) / uniform, 3), round(max(distances[-1]) / uniform, 3)]}
+    if not cka:
+        return result
+    resnet = load_any(resnet_name)[0]
+    variant = card["recipe"].get("shapes_variant", "standard")  # the images the probe was trained and tested on
+    images = image_set("shapes", count=count) if variant == "standard" else \
+        tensor_set(*shapes.load_split("test", count=count, variant=variant), name=f"shapes ({variant})")
     for block in (0, 1):
         heads = len(distances[block])
         cka = head_groups_cka(vit, resnet, images, {f"head {h}": [h] for h in range(heads)}, ["layer1.0"], block=block)
@@ -79,9 +86,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("folders", nargs="+", help="probe folders, or names of bundled zoo members")
     parser.add_argument("--resnet", default="lite-resnet", help="the ResNet whose first stage F3 compares with: a zoo name, or a probe's folder")
     parser.add_argument("--images", type=int, default=1024, help="held-out shapes images for the CKA")
+    parser.add_argument("--no-cka", action="store_true", help="F2 and accuracy only, from the card (no model is run)")
     args = parser.parse_args(argv)
     for folder in args.folders:
-        print(json.dumps(measure(folder, args.resnet, args.images)))
+        print(json.dumps(measure(folder, args.resnet, args.images, cka=not args.no_cka)))
     return 0
 
 

@@ -26,14 +26,45 @@ def test_subsets_are_nested_and_labels_balanced():
     assert not set(shapes.split_indices("test")) & set(sets[-1])
 
 
-def test_colour_alone_does_not_give_the_class():
+@pytest.mark.parametrize("variant", shapes.VARIANTS)
+def test_colour_alone_does_not_give_the_class(variant):
     """A nearest-class-mean classifier on mean colour is at chance (10%)."""
-    images, labels = shapes.load_split("train", count=4000)
+    images, labels = shapes.load_split("train", count=4000, variant=variant)
     colour = images.float().mean(dim=(2, 3))
     means = torch.stack([colour[labels == c].mean(0) for c in range(10)])
-    test_images, test_labels = shapes.load_split("test", count=2000)
+    test_images, test_labels = shapes.load_split("test", count=2000, variant=variant)
     predicted = torch.cdist(test_images.float().mean(dim=(2, 3)), means).argmin(1)
     assert (predicted == test_labels).float().mean() < 0.2
+
+
+def test_low_contrast_variant_changes_only_the_colour_gap():
+    """Same labels, same shapes; the brightness gap between the shape and its surround shrinks."""
+    indices = list(range(0, 400, 2))
+    standard, labels = shapes.render(indices)
+    assert torch.equal(standard, shapes.render(indices, variant="standard")[0])
+    low, low_labels = shapes.render(indices, variant="low-contrast")
+    assert torch.equal(labels, low_labels)
+    # the shape sits in the middle 12 x 12 px; the border strip is background (bar clutter blobs)
+    def gap(images):
+        grey = images.float().mean(1)
+        return (grey[:, 12:20, 12:20].mean((1, 2)) - grey[:, :, :3].mean((1, 2))).abs()
+    ratio = gap(low).mean() / gap(standard).mean()
+    lo, hi = shapes.LOW_CONTRAST_RANGE
+    assert lo < ratio < hi, f"mean brightness gap shrank to {ratio:.2f} of the standard one"
+    assert (gap(low) <= gap(standard) + 3).float().mean() > 0.95  # pixel noise and rounding: a few levels
+
+
+def test_shapes_variants_are_checked_and_recorded_in_the_recipe():
+    from helpers.train import experiment
+
+    with pytest.raises(ValueError, match="standard, low-contrast"):
+        shapes.render([0], variant="low contrast")
+    with pytest.raises(ValueError, match="Unknown shapes variant"):
+        shapes.load_split("test", count=1, variant="hard")
+    assert "shapes_variant" not in zoo.ZOO["lite-vit"].describe()  # bundled cards predate variants
+    recipe = experiment(zoo.ZOO["lite-vit-data03"], shapes_variant="low-contrast")
+    assert recipe.describe()["shapes_variant"] == "low-contrast" and recipe.data_fraction == 0.03
+    assert zoo.Recipe(**recipe.as_card()) == recipe  # a probe's card rebuilds its recipe
 
 
 def test_image_sources_errors(tmp_path):
