@@ -5,9 +5,10 @@ its folder holds NAME.safetensors and NAME.json (the card, with the recipe it wa
 
     python scripts/measure_probe.py /tmp/probes/h8_cm_s1 [--resnet lite-resnet | --resnet DIR] [--images 1024]
     python scripts/measure_probe.py lite-vit lite-vit-seed1 lite-vit-seed2      # bundled zoo members by name
+    python scripts/measure_probe.py --no-cka data/probes/low-contrast/*.json     # kept probe cards: F2 and accuracy
 
-Prints, per probe: check accuracy; the lowest head distance in blocks 0-1 and the last block's range, as
-fractions of uniform attention (F2 targets: a head below 60% early, every last-block head above 80%);
+Prints, per probe: check and test accuracy; the lowest and the mean head distance in blocks 0-1, their local
+heads, and the last block's range, as fractions of uniform attention (F2 targets: a head below 60% early, every last-block head above 80%);
 and for blocks 0 and 1, the CKA of each single head with the ResNet's first stage (`layer1.0`) and its
 Spearman rank correlation with the heads' attention distances (F3 target: below -0.5).
 """
@@ -30,15 +31,33 @@ from helpers.compare import head_groups_cka  # noqa: E402
 from helpers.data import image_set, tensor_set  # noqa: E402
 
 
-def load_probe(folder: Path):
-    """(model, card) of the one probe checkpoint in `folder`, built from the recipe its card records."""
+def card_file(folder: Path) -> Path:
+    """The one card (<name>.json) of a probe folder."""
     cards = sorted(folder.glob("*.json"))
     if len(cards) != 1:
         raise SystemExit(f"{folder}: expected one card (<name>.json), found {len(cards)}.")
-    card = json.loads(cards[0].read_text())
+    return cards[0]
+
+
+def probe_card(where: str) -> dict:
+    """The card of a probe folder, of a card file (a kept probe, data/probes/), or of a bundled zoo member."""
+    path = Path(where)
+    if path.is_dir():
+        path = card_file(path)
+    if path.suffix == ".json":
+        if not path.is_file():
+            raise SystemExit(f"{path}: no such card.")
+        return json.loads(path.read_text())
+    return models.lite_card(where)
+
+
+def load_probe(folder: Path):
+    """(model, card) of the one probe checkpoint in `folder`, built from the recipe its card records."""
+    card_path = card_file(folder)
+    card = json.loads(card_path.read_text())
     recipe = zoo.Recipe(**card["recipe"])  # ViT probes: the card holds the whole vit dict
     model = zoo.build(recipe)
-    state = {k: v.float() if v.is_floating_point() else v for k, v in load_file(str(cards[0].with_suffix(".safetensors"))).items()}
+    state = {k: v.float() if v.is_floating_point() else v for k, v in load_file(str(card_path.with_suffix(".safetensors"))).items()}
     model.load_state_dict(state)
     return model.eval(), card
 
@@ -57,7 +76,8 @@ def load_any(where: str):
 
 
 def measure(folder: str, resnet_name: str, count: int, cka: bool = True) -> dict:
-    vit, card = load_any(folder)
+    """The probe's targets as a dict. folder: a probe folder, a card file (then cka=False), or a zoo name."""
+    card = probe_card(folder)
     distances, uniform = card["attention_distance_px"], card["uniform_attention_distance_px"]
     early = distances[0] + distances[1]
     result = {"probe": Path(folder).name, "command": card["command"], "check_accuracy": card["check_accuracy"],
@@ -68,7 +88,7 @@ def measure(folder: str, resnet_name: str, count: int, cka: bool = True) -> dict
               "last_block_frac": [round(min(distances[-1]) / uniform, 3), round(max(distances[-1]) / uniform, 3)]}
     if not cka:
         return result
-    resnet = load_any(resnet_name)[0]
+    vit, resnet = load_any(folder)[0], load_any(resnet_name)[0]
     variant = card["recipe"].get("shapes_variant", "standard")  # the images the probe was trained and tested on
     images = image_set("shapes", count=count) if variant == "standard" else \
         tensor_set(*shapes.load_split("test", count=count, variant=variant), name=f"shapes ({variant})")
@@ -83,7 +103,7 @@ def measure(folder: str, resnet_name: str, count: int, cka: bool = True) -> dict
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("folders", nargs="+", help="probe folders, or names of bundled zoo members")
+    parser.add_argument("folders", nargs="+", help="probe folders, kept probe cards (with --no-cka), or names of bundled zoo members")
     parser.add_argument("--resnet", default="lite-resnet", help="the ResNet whose first stage F3 compares with: a zoo name, or a probe's folder")
     parser.add_argument("--images", type=int, default=1024, help="held-out shapes images for the CKA")
     parser.add_argument("--no-cka", action="store_true", help="F2 and accuracy only, from the card (no model is run)")

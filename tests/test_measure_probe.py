@@ -8,7 +8,7 @@ from safetensors.torch import save_file
 from script_module import load_script
 
 from helpers import zoo
-from helpers.models import lite_card
+from helpers.models import MODELS_DIR, lite_card
 from helpers.train import experiment
 
 measure_probe = load_script("measure_probe")
@@ -22,6 +22,8 @@ def test_the_f2_reading_is_the_cards_own_numbers():
     assert result["local_heads_blocks_0_1"] == int((early < 0.6 * uniform).sum())
     assert result["mean_early_head_frac"] == round(float(early.mean()) / uniform, 3)
     assert result["test_accuracy"] == card["test_accuracy"] and "block0_spearman" not in result
+    from_file = measure_probe.measure(str(MODELS_DIR / "lite-vit-data03.json"), "lite-resnet", 64, cka=False)
+    assert {**from_file, "probe": result["probe"]} == result  # a kept card file reads the same
 
 
 def test_a_low_contrast_probe_is_measured_on_low_contrast_images(tmp_path, monkeypatch):
