@@ -141,11 +141,16 @@ def train(model, recipe: zoo.Recipe, progress: bool = True, probe_every: int = 0
     return log
 
 
+def held_out_images(count: int, variant: str = "standard"):
+    """The first `count` held-out shapes images of a variant, as an ImageSet (standard: image_set('shapes'))."""
+    if variant == "standard":
+        return image_set("shapes", count=count)
+    return tensor_set(*shapes.load_split("test", count=count, variant=variant), name=f"shapes ({variant})")
+
+
 def attention_distances(model, count: int = 500, variant: str = "standard") -> list:
     """Per block, per head mean attention distance (px) on the first `count` held-out images (of the variant)."""
-    images = image_set("shapes", count=count) if variant == "standard" else \
-        tensor_set(*shapes.load_split("test", count=count, variant=variant), name=f"shapes ({variant})")
-    table = attention.attention_distance_table(model, images, batch_size=count)
+    table = attention.attention_distance_table(model, held_out_images(count, variant), batch_size=count)
     return [[round(float(d), 2) for d in heads] for heads in table]
 
 

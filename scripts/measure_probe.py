@@ -26,9 +26,9 @@ from safetensors.torch import load_file
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from helpers import models, shapes, zoo  # noqa: E402
+from helpers import models, zoo  # noqa: E402
 from helpers.compare import head_groups_cka  # noqa: E402
-from helpers.data import image_set, tensor_set  # noqa: E402
+from helpers.train import held_out_images  # noqa: E402
 
 
 def card_file(folder: Path) -> Path:
@@ -90,8 +90,7 @@ def measure(folder: str, resnet_name: str, count: int, cka: bool = True) -> dict
         return result
     vit, resnet = load_any(folder)[0], load_any(resnet_name)[0]
     variant = card["recipe"].get("shapes_variant", "standard")  # the images the probe was trained and tested on
-    images = image_set("shapes", count=count) if variant == "standard" else \
-        tensor_set(*shapes.load_split("test", count=count, variant=variant), name=f"shapes ({variant})")
+    images = held_out_images(count, variant)
     for block in (0, 1):
         heads = len(distances[block])
         cka = head_groups_cka(vit, resnet, images, {f"head {h}": [h] for h in range(heads)}, ["layer1.0"], block=block)

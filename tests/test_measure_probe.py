@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import save_file
 from script_module import load_script
 
-from helpers import zoo
+from helpers import shapes, zoo
 from helpers.models import MODELS_DIR, lite_card
 from helpers.train import experiment
 
@@ -37,8 +37,8 @@ def test_a_low_contrast_probe_is_measured_on_low_contrast_images(tmp_path, monke
         "check_accuracy": 0.1, "test_accuracy": 0.1, "attention_distance_px": distances,
         "uniform_attention_distance_px": 16.55}))
     asked = []
-    real_load_split = measure_probe.shapes.load_split
-    monkeypatch.setattr(measure_probe.shapes, "load_split",
+    real_load_split = shapes.load_split
+    monkeypatch.setattr(shapes, "load_split",
                         lambda *a, **k: asked.append(k.get("variant")) or real_load_split(*a, **k))
     result = measure_probe.measure(str(tmp_path), "lite-resnet", 32)
     assert asked == ["low-contrast"]
