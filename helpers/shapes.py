@@ -98,6 +98,7 @@ def _colour_pair(p: torch.Tensor):
 
 
 def check_variant(variant: str) -> str:
+    """`variant` if it is one of VARIANTS, else a ValueError that lists them."""
     if variant not in VARIANTS:
         raise ValueError(f"Unknown shapes variant {variant!r}; use one of {', '.join(VARIANTS)}.")
     return variant
@@ -178,7 +179,6 @@ def split_indices(split: str, fraction: float = 1.0) -> np.ndarray:
 def load_split(split: str, fraction: float = 1.0, count: int | None = None, seed: int = DEFAULT_SEED,
                batch: int = 1000, variant: str = "standard") -> tuple[torch.Tensor, torch.Tensor]:
     """Render a whole split (or its first `count` images) as uint8 images (N, 3, 32, 32) and labels (N,)."""
-    check_variant(variant)
     indices = split_indices(split, fraction)
     if count is not None:
         indices = indices[:count]

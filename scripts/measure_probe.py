@@ -46,7 +46,8 @@ def probe_card(where: str) -> dict:
         path = card_file(path)
     if path.suffix == ".json":
         if not path.is_file():
-            raise SystemExit(f"{path}: no such card.")
+            raise SystemExit(f"{path}: no such card. Give a probe folder, a card file that exists "
+                             "(e.g. data/probes/low-contrast/lite-vit.json) or a zoo name (lite-vit).")
         return json.loads(path.read_text())
     return models.lite_card(where)
 

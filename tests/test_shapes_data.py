@@ -40,8 +40,7 @@ def test_colour_alone_does_not_give_the_class(variant):
 def test_low_contrast_variant_changes_only_the_colour_gap():
     """Same labels, same shapes; the brightness gap between the shape and its surround shrinks."""
     indices = list(range(0, 400, 2))
-    standard, labels = shapes.render(indices)
-    assert torch.equal(standard, shapes.render(indices, variant="standard")[0])
+    standard, labels = shapes.render(indices)  # unchanged by the variants: tests/test_models re-scores every card on them
     low, low_labels = shapes.render(indices, variant="low-contrast")
     assert torch.equal(labels, low_labels)
     # the shape sits in the middle 12 x 12 px; the border strip is background (bar clutter blobs)
