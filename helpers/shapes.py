@@ -30,11 +30,12 @@ _N_PARAMS = 32  # random numbers drawn per image
 CENTRE_RANGE = (10.0, 12.0)
 RADIUS_RANGE = (7.5, 4.0)
 # Variants of the task (R&D of a harder lite task, data/README.md). "standard" is every bundled model's.
-# "low-contrast": the brightness gap between shape and background is scaled by a factor drawn
-# uniformly from LOW_CONTRAST_RANGE per image, so in many images the shape stands out less than its
-# stripes do and must be found from where the texture changes, a local cue.
-VARIANTS = ("standard", "low-contrast")
-LOW_CONTRAST_RANGE = (0.2, 1.0)
+# In the contrast variants the brightness gap between shape and background is scaled by a factor drawn
+# uniformly from the variant's range per image, so in many images the shape stands out less than its
+# stripes do and must be found from where the texture changes, a local cue. "mid-contrast" is the
+# milder of the two (its faintest images are twice as clear as "low-contrast"'s).
+CONTRAST_RANGES = {"low-contrast": (0.2, 1.0), "mid-contrast": (0.4, 1.0)}
+VARIANTS = ("standard", *CONTRAST_RANGES)
 
 
 # --------------------------------------------------------------------------- counter-based randomness
@@ -137,8 +138,8 @@ def render(indices, seed: int = DEFAULT_SEED, variant: str = "standard") -> tupl
 
     # textures and colours, independent of the class
     fg_colour, bg_colour = _colour_pair(p[:, 4:11])
-    if variant == "low-contrast":  # column 31 is otherwise unused, so the standard images do not change
-        lo, hi = LOW_CONTRAST_RANGE
+    if variant in CONTRAST_RANGES:  # column 31 is otherwise unused, so the standard images do not change
+        lo, hi = CONTRAST_RANGES[variant]
         fg_colour, bg_colour = _scale_contrast(fg_colour, bg_colour, lo + (hi - lo) * p[:, 31])
     fg = fg_colour[:, :, None, None] * (1 + (0.15 + 0.2 * p[:, 11, None, None, None]) * _stripes(p[:, 12:15], x, y)[:, None])
     bg_texture = 0.5 * (_stripes(p[:, 15:18], x, y) + _stripes(p[:, 18:21], x, y))

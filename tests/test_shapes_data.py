@@ -37,26 +37,36 @@ def test_colour_alone_does_not_give_the_class(variant):
     assert (predicted == test_labels).float().mean() < 0.2
 
 
-def test_low_contrast_variant_changes_only_the_colour_gap():
+def _brightness_gap(images):
+    """(B,) grey-level gap between the middle 8 x 8 px (the shape) and the left border strip (background)."""
+    grey = images.float().mean(1)
+    return (grey[:, 12:20, 12:20].mean((1, 2)) - grey[:, :, :3].mean((1, 2))).abs()
+
+
+@pytest.mark.parametrize("variant", sorted(shapes.CONTRAST_RANGES))
+def test_contrast_variants_change_only_the_colour_gap(variant):
     """Same labels, same shapes; the brightness gap between the shape and its surround shrinks."""
     indices = list(range(0, 400, 2))
     standard, labels = shapes.render(indices)  # unchanged by the variants: tests/test_models re-scores every card on them
-    low, low_labels = shapes.render(indices, variant="low-contrast")
-    assert torch.equal(labels, low_labels)
-    # the shape sits in the middle 12 x 12 px; the border strip is background (bar clutter blobs)
-    def gap(images):
-        grey = images.float().mean(1)
-        return (grey[:, 12:20, 12:20].mean((1, 2)) - grey[:, :, :3].mean((1, 2))).abs()
-    ratio = gap(low).mean() / gap(standard).mean()
-    lo, hi = shapes.LOW_CONTRAST_RANGE
+    faint, faint_labels = shapes.render(indices, variant=variant)
+    assert torch.equal(labels, faint_labels)
+    ratio = _brightness_gap(faint).mean() / _brightness_gap(standard).mean()
+    lo, hi = shapes.CONTRAST_RANGES[variant]
     assert lo < ratio < hi, f"mean brightness gap shrank to {ratio:.2f} of the standard one"
-    assert (gap(low) <= gap(standard) + 3).float().mean() > 0.95  # pixel noise and rounding: a few levels
+    assert (_brightness_gap(faint) <= _brightness_gap(standard) + 3).float().mean() > 0.95  # pixel noise, rounding
+
+
+def test_mid_contrast_is_milder_than_low_contrast():
+    indices = list(range(1, 400, 2))
+    low, mid = (_brightness_gap(shapes.render(indices, variant=v)[0]) for v in ("low-contrast", "mid-contrast"))
+    assert mid.mean() > 1.1 * low.mean()  # factors 0.4 + 0.6u against 0.2 + 0.8u: 0.7 against 0.6 on average
+    assert (mid >= low - 3).float().mean() > 0.95  # image by image, from the same random column
 
 
 def test_shapes_variants_are_checked_and_recorded_in_the_recipe():
     from helpers.train import experiment
 
-    with pytest.raises(ValueError, match="standard, low-contrast"):
+    with pytest.raises(ValueError, match="standard, low-contrast, mid-contrast"):
         shapes.render([0], variant="low contrast")
     with pytest.raises(ValueError, match="Unknown shapes variant"):
         shapes.load_split("test", count=1, variant="hard")
