@@ -111,6 +111,16 @@ def _scale_contrast(fg: torch.Tensor, bg: torch.Tensor, factor: torch.Tensor):
     return mid + f * (fg - mid), mid + f * (bg - mid)
 
 
+def contrast_factors(indices, variant: str, seed: int = DEFAULT_SEED) -> np.ndarray:
+    """(len(indices),) factor by which a contrast variant scales each image's shape-background gap (1: standard)."""
+    indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+    if check_variant(variant) not in CONTRAST_RANGES:
+        return np.ones(len(indices))
+    lo, hi = CONTRAST_RANGES[variant]  # column 31 is otherwise unused, so the standard images do not change
+    column = uniforms(seed, indices)[:, 31].astype(np.float32)  # float32, as render draws every column
+    return np.float32(lo) + np.float32(hi - lo) * column
+
+
 def render(indices, seed: int = DEFAULT_SEED, variant: str = "standard") -> tuple[torch.Tensor, torch.Tensor]:
     """Render images by index.
 
@@ -138,9 +148,9 @@ def render(indices, seed: int = DEFAULT_SEED, variant: str = "standard") -> tupl
 
     # textures and colours, independent of the class
     fg_colour, bg_colour = _colour_pair(p[:, 4:11])
-    if variant in CONTRAST_RANGES:  # column 31 is otherwise unused, so the standard images do not change
-        lo, hi = CONTRAST_RANGES[variant]
-        fg_colour, bg_colour = _scale_contrast(fg_colour, bg_colour, lo + (hi - lo) * p[:, 31])
+    if variant in CONTRAST_RANGES:
+        factor = torch.from_numpy(contrast_factors(indices, variant, seed)).float()
+        fg_colour, bg_colour = _scale_contrast(fg_colour, bg_colour, factor)
     fg = fg_colour[:, :, None, None] * (1 + (0.15 + 0.2 * p[:, 11, None, None, None]) * _stripes(p[:, 12:15], x, y)[:, None])
     bg_texture = 0.5 * (_stripes(p[:, 15:18], x, y) + _stripes(p[:, 18:21], x, y))
     bg = bg_colour[:, :, None, None] * (1 + (0.15 + 0.2 * p[:, 21, None, None, None]) * bg_texture[:, None])
