@@ -51,6 +51,13 @@ TRACK_MODELS = {
              # 1% of the data (500 images), the same seeds: added when 3% did not remove local heads (08)
              "vit_least_data_seeds": {"seed 0": "lite-vit-data01", "seed 1": "lite-vit-data01-seed1",
                                       "seed 2": "lite-vit-data01-seed2"},
+             # the whole data series of each seed (least data first; seed 2 has no 30% model), so that
+             # "more data, step by step" is read over seeds (14)
+             "vit_by_data_seeds": {
+                 "seed 0": {"3%": "lite-vit-data03", "10%": "lite-vit-data10", "30%": "lite-vit-data30", "100%": "lite-vit"},
+                 "seed 1": {"3%": "lite-vit-data03-seed1", "10%": "lite-vit-data10-seed1",
+                            "30%": "lite-vit-data30-seed1", "100%": "lite-vit-seed1"},
+                 "seed 2": {"3%": "lite-vit-data03-seed2", "10%": "lite-vit-data10-seed2", "100%": "lite-vit-seed2"}},
              "resnet_seeds": {"seed 0": "lite-resnet", "seed 1": "lite-resnet-seed1"},
              "mixer": "lite-mixer", "efficientnet": "lite-efficientnet",  # F10 (15); your own comparison (16)
              "vit_large": None},  # one ViT size only: model scale (14) is a full-track section
@@ -64,6 +71,7 @@ TRACK_MODELS = {
              "vit_seeds": {"one run": "vit_base_patch16_224.augreg_in21k_ft_in1k"},
              "vit_little_data_seeds": {"one run": "vit_base_patch16_224.augreg_in1k"},
              "vit_least_data_seeds": None,  # no public ViT-B/16 of this recipe on less than ImageNet-1k
+             "vit_by_data_seeds": None,  # one run per data setting: no series over seeds
              "resnet_seeds": {"one run": "resnet50.tv_in1k"},
              "mixer": "mixer_b16_224.goog_in21k_ft_in1k", "efficientnet": "efficientnet_b0.ra_in1k",
              "vit_large": "vit_large_patch16_224.augreg_in21k_ft_in1k"},

@@ -18,6 +18,29 @@ def test_core_lite_models_are_bundled():
     assert {"lite-vit", "lite-resnet"} <= names, "train them with: python -m helpers.train lite-vit (and lite-resnet)"
 
 
+def _lite_names(value) -> list:
+    """Every model name in a TRACK_MODELS['lite'] value (nested dicts flattened; None gives none)."""
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in _lite_names(v)]
+    return [value] if isinstance(value, str) and value.startswith("lite-") else []
+
+
+def test_every_lite_model_the_notebooks_name_is_bundled():
+    names = {c.stem for c in CARDS}
+    named = {n for v in models.TRACK_MODELS["lite"].values() for n in _lite_names(v)}
+    assert named <= names, f"named in TRACK_MODELS['lite'] but not in data/models: {sorted(named - names)}"
+
+
+def test_each_lite_data_series_is_one_seed_ordered_by_data():
+    """vit_by_data_seeds: within a seed, one seed and the data fractions its labels say, least data first."""
+    for seed_label, series in models.TRACK_MODELS["lite"]["vit_by_data_seeds"].items():
+        recipes = [zoo.ZOO[name] for name in series.values()]
+        assert {r.seed for r in recipes} == {int(seed_label.split()[-1])}, seed_label
+        fractions = [r.data_fraction for r in recipes]
+        assert fractions == [float(label.rstrip("%")) / 100 for label in series], (seed_label, fractions)
+        assert fractions == sorted(fractions) and fractions[-1] == 1.0, (seed_label, fractions)
+
+
 @pytest.mark.parametrize("card_path", CARDS, ids=[c.stem for c in CARDS])
 def test_bundled_checkpoint_reaches_its_card_accuracy(card_path):
     card = json.loads(card_path.read_text())
