@@ -16,6 +16,7 @@ import math
 import platform
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -209,15 +210,23 @@ def main(argv=None) -> int:
     parser.add_argument("--probe-every", type=int, default=0, metavar="N",
                         help="ViTs: measure attention distances every N steps and keep them in the card")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads for torch (default 2)")
+    parser.add_argument("--attention", choices=("fused", "explicit"), default="fused",
+                        help="ViTs: timm's fused attention kernel (default; every bundled model was trained with it) "
+                             "or the explicit softmax(q k^T) v: the same maths with other rounding, and faster on "
+                             "CPU for these small heads (python benchmarks/bench_training.py measures by how much)")
     parser.add_argument("--out", type=Path, default=MODELS_DIR, help="folder for <name>.safetensors and <name>.json")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
     recipe = experiment(zoo.ZOO[args.name], steps=args.steps, seed=args.seed, cutmix=args.cutmix, heads=args.heads,
                         shapes_variant=args.shapes_variant)
+    if args.attention == "explicit" and recipe.arch != "vit":
+        raise SystemExit(f"--attention is for ViTs; this recipe's architecture is {recipe.arch!r}.")
     torch.manual_seed(recipe.seed)  # the initial weights, too, follow from the recipe's seed
     model = zoo.build(recipe)
-    log = train(model, recipe, probe_every=args.probe_every if recipe.arch == "vit" else 0)
+    kernel = attention.explicit_attention(model) if args.attention == "explicit" else nullcontext()
+    with kernel:  # the model is saved with timm's default (fused) either way: loading it does not depend on this
+        log = train(model, recipe, probe_every=args.probe_every if recipe.arch == "vit" else 0)
     to_fp16_and_back(model)
     test_images, test_labels = shapes.load_split("test", variant=recipe.shapes_variant)
     card = {

@@ -64,3 +64,40 @@ def test_cutmix_pastes_one_box_and_reports_the_area_each_label_keeps():
     assert (recipe.cutmix, recipe.vit["num_heads"], recipe.seed, recipe.vit["embed_dim"]) == (True, 8, 2, 64)
     with pytest.raises(SystemExit, match="--heads is for ViTs"):
         experiment(zoo.ZOO["lite-resnet"], heads=8)
+
+
+def test_training_with_the_explicit_attention_kernel(tmp_path, monkeypatch):
+    """--attention explicit: the same maths as timm's fused kernel (logits and gradients agree to float
+    rounding on one batch), recorded in the card's command, and refused for models without attention."""
+    from contextlib import nullcontext
+
+    from helpers import attention, train
+
+    model = zoo.build("lite-vit")
+    images = torch.randn(16, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    results = {}
+    for kernel in ("fused", "explicit"):
+        model.zero_grad()
+        with attention.explicit_attention(model) if kernel == "explicit" else nullcontext():
+            logits = model(images)
+        logits.square().sum().backward()
+        results[kernel] = logits.detach(), torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad])
+    assert all(m.fused_attn for m in model.modules() if hasattr(m, "fused_attn"))  # the default is back
+    (logits_f, grads_f), (logits_e, grads_e) = results["fused"], results["explicit"]
+    assert not torch.equal(grads_f, grads_e)  # two code paths really ran
+    torch.testing.assert_close(logits_e, logits_f, rtol=1e-5, atol=1e-5)
+    assert float((grads_e - grads_f).abs().max()) < 1e-5 * float(grads_f.abs().max())
+
+    monkeypatch.setattr(train, "accuracy", lambda *args, **kwargs: 0.0)  # the wiring is under test, not the 12,000 test images
+    kernels_in_training, real_train = [], train.train
+
+    def spy(model, recipe, **kwargs):
+        kernels_in_training.append({m.fused_attn for m in model.modules() if hasattr(m, "fused_attn")})
+        return real_train(model, recipe, **kwargs)
+
+    monkeypatch.setattr(train, "train", spy)
+    assert train.main(["lite-vit-data01", "--steps", "2", "--threads", "1", "--attention", "explicit", "--out", str(tmp_path)]) == 0
+    assert kernels_in_training == [{False}]  # every block trained on the explicit path
+    assert "--attention explicit" in json.loads((tmp_path / "lite-vit-data01.json").read_text())["command"]
+    with pytest.raises(SystemExit, match="--attention is for ViTs"):
+        train.main(["lite-resnet", "--attention", "explicit", "--out", str(tmp_path)])
