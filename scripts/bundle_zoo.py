@@ -46,7 +46,8 @@ def bundle(folder: Path, member: str | None = None, models_dir: Path = MODELS_DI
     if member != card["name"] or overrides:
         card["trained_as"] = card["command"]
         probe = re.search(r"--probe-every[ =](\d+)", card["command"])
-        extra = f" --probe-every {probe.group(1)}" if probe else ""
+        kernel = re.search(r"--attention[ =](\w+)", card["command"])  # how it was trained, so the command reproduces it
+        extra = (f" --probe-every {probe.group(1)}" if probe else "") + (f" --attention {kernel.group(1)}" if kernel else "")
         card["command"] = f"python -m helpers.train {member} --threads {card['threads']}{extra}"
         card["name"] = member
     models_dir.mkdir(parents=True, exist_ok=True)

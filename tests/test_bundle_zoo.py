@@ -41,3 +41,11 @@ def test_a_recipe_that_differs_is_refused(tmp_path):
         bundle_zoo.bundle(folder, "lite-vit-seed2", models_dir=tmp_path / "models")
     with pytest.raises(SystemExit, match="not a zoo member"):
         bundle_zoo.bundle(folder, "lite-vit-seed9", models_dir=tmp_path / "models")
+
+
+def test_the_attention_kernel_a_probe_was_trained_with_stays_in_the_command(tmp_path):
+    command = "python -m helpers.train lite-vit --seed 2 --threads 1 --attention explicit"
+    folder = probe_folder(tmp_path, zoo.ZOO["lite-vit-seed2"], command)
+    bundle_zoo.bundle(folder, "lite-vit-seed2", models_dir=tmp_path / "models")
+    card = json.loads((tmp_path / "models" / "lite-vit-seed2.json").read_text())
+    assert card["command"] == "python -m helpers.train lite-vit-seed2 --threads 1 --attention explicit"
