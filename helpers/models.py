@@ -51,6 +51,8 @@ TRACK_MODELS = {
              # 1% of the data (500 images), the same seeds: added when 3% did not remove local heads (08)
              "vit_least_data_seeds": {"seed 0": "lite-vit-data01", "seed 1": "lite-vit-data01-seed1",
                                       "seed 2": "lite-vit-data01-seed2"},
+             # a 3% model from seed 3, whose initial weights no 100% model shares (14: the shared-start confound)
+             "vit_little_data_no_twin": "lite-vit-data03-seed3",
              # the whole data series of each seed (least data first; seed 2 has no 30% model), so that
              # "more data, step by step" is read over seeds (14)
              "vit_by_data_seeds": {
@@ -72,6 +74,7 @@ TRACK_MODELS = {
              "vit_little_data_seeds": {"one run": "vit_base_patch16_224.augreg_in1k"},
              "vit_least_data_seeds": None,  # no public ViT-B/16 of this recipe on less than ImageNet-1k
              "vit_by_data_seeds": None,  # one run per data setting: no series over seeds
+             "vit_little_data_no_twin": None,  # the full track's two runs share no start anyway
              "resnet_seeds": {"one run": "resnet50.tv_in1k"},
              "mixer": "mixer_b16_224.goog_in21k_ft_in1k", "efficientnet": "efficientnet_b0.ra_in1k",
              "vit_large": "vit_large_patch16_224.augreg_in21k_ft_in1k"},

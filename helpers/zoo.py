@@ -92,6 +92,8 @@ ZOO: dict[str, Recipe] = {
     "lite-vit-data03": _vit(data_fraction=0.03),
     "lite-vit-data03-seed1": _vit(data_fraction=0.03, seed=1),
     "lite-vit-data03-seed2": _vit(data_fraction=0.03, seed=2),
+    # no 100% model starts from seed 3's weights: a 3% model with no twin (notebook 14, section 4d)
+    "lite-vit-data03-seed3": _vit(data_fraction=0.03, seed=3),
     "lite-vit-data10": _vit(data_fraction=0.10),
     "lite-vit-data10-seed1": _vit(data_fraction=0.10, seed=1),   # more seeds of the series: is accuracy ordered by data?
     "lite-vit-data10-seed2": _vit(data_fraction=0.10, seed=2),
