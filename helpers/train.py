@@ -211,7 +211,7 @@ def main(argv=None) -> int:
                         help="ViTs: measure attention distances every N steps and keep them in the card")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads for torch (default 2)")
     parser.add_argument("--attention", choices=("fused", "explicit"), default="fused",
-                        help="ViTs: timm's fused attention kernel (default; every bundled model was trained with it) "
+                        help="ViTs: timm's fused attention kernel (default; a card's command names --attention when a model used the other) "
                              "or the explicit softmax(q k^T) v: the same maths with other rounding, and faster on "
                              "CPU for these small heads (python benchmarks/bench_training.py measures by how much)")
     parser.add_argument("--out", type=Path, default=MODELS_DIR, help="folder for <name>.safetensors and <name>.json")
