@@ -221,7 +221,7 @@ def main(argv=None) -> int:
     recipe = experiment(zoo.ZOO[args.name], steps=args.steps, seed=args.seed, cutmix=args.cutmix, heads=args.heads,
                         shapes_variant=args.shapes_variant)
     if args.attention == "explicit" and recipe.arch != "vit":
-        raise SystemExit(f"--attention is for ViTs; this recipe's architecture is {recipe.arch!r}.")
+        raise SystemExit(f"--attention is for ViTs; this recipe's architecture is {recipe.arch!r}: drop the flag to train it.")
     torch.manual_seed(recipe.seed)  # the initial weights, too, follow from the recipe's seed
     model = zoo.build(recipe)
     kernel = attention.explicit_attention(model) if args.attention == "explicit" else nullcontext()
