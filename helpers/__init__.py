@@ -12,7 +12,10 @@ One module per idea:
     residuals      norm ratios of skip connection and branch (F5)
     localization   CKA of final-block tokens with every input patch (F7)
     probes         closed-form ridge probes (F8, F9)
-    intervals      intervals for CKA values from disjoint subsamples
+    intervals      intervals for CKA values (or any statistic of the images) from disjoint subsamples
+    claims         the paper's findings split into numbered claims (F1.1, F1.2, ...)
+    verdicts       the one rule that judges a claim against its controls; saving verdicts
+    scorecard      RESULTS.md: every claim's verdict on each track
     report         python -m helpers.report: two models, one report bundle
     guards         checks of what is passed in; models returned in the mode they came in
     shapes, data   the generated lite dataset; image sets with each model's preprocessing

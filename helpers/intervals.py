@@ -81,3 +81,17 @@ def subsample_interval(full, subsample_values, level: float = 0.9):
 def covers(low, high, truth) -> np.ndarray:
     """Boolean array: where low <= truth <= high."""
     return (np.asarray(low) <= truth) & (np.asarray(truth) <= np.asarray(high))
+
+
+def statistic_interval(statistic, n: int, repeats: int = 8, level: float = 0.9, seed: int = 0):
+    """Any statistic of n images, with the half-width of its `level` interval over disjoint subsamples.
+
+    statistic: a function of a sorted int64 index array into the n images, returning a number or
+    an array (e.g. an effect measured on those images only). It runs once on all n images and once
+    on each of `repeats` disjoint subsamples (module docstring).
+    Returns (full, half_width): the statistic on all images, and (high - low) / 2 of its interval.
+    """
+    parts = disjoint_subsamples(n, repeats, seed)
+    full = np.asarray(statistic(np.arange(n)), dtype=np.float64)
+    low, high = subsample_interval(full, [statistic(idx) for idx in parts], level)
+    return (float(full) if full.ndim == 0 else full), ((high - low) / 2 if full.ndim else float((high - low) / 2))

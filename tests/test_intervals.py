@@ -98,3 +98,15 @@ def test_coverage_is_near_nominal_on_synthetic_data():
         expected, sd = trials * level, np.sqrt(trials * level * (1 - level))
         assert abs(count - expected) <= 4 * sd, (level, count, expected)
     assert 0.005 < np.median(widths) < 0.2  # informative: neither a point nor the whole range
+
+
+def test_statistic_interval_of_a_mean_matches_the_t_interval_of_its_parts():
+    from helpers.intervals import disjoint_subsamples, statistic_interval, t_quantile
+    x = np.random.default_rng(1).normal(size=800)
+    full, half = statistic_interval(lambda idx: x[idx].mean(), 800, repeats=8)
+    parts = [x[idx].mean() for idx in disjoint_subsamples(800, 8)]
+    assert full == pytest.approx(x.mean())
+    assert half == pytest.approx(t_quantile(0.95, 7) * np.std(parts, ddof=1) / np.sqrt(8))
+    # an array statistic gives an array of half-widths
+    full2, half2 = statistic_interval(lambda idx: np.array([x[idx].mean(), 2 * x[idx].mean()]), 800, repeats=8)
+    assert half2.shape == (2,) and half2[1] == pytest.approx(2 * half)
