@@ -13,7 +13,7 @@ that of the ResNet. Three controls say how large an effect must be before it cou
 
 The rule, stated once (the README repeats it):
 
-    noise of seed i     = max(interval_i, spread)                    (at least one must be measured)
+    noise of seed i     = max(interval_i, spread)        (with neither measured, the verdict is "not measured")
     seed i shows it     if effect_i >  noise_i
     seed i reverses it  if effect_i < -noise_i
 
@@ -80,8 +80,9 @@ class Verdict:
 
     def numbers(self) -> str:
         """The evidence in one line: effects per seed, the noise each was judged against, the floor."""
-        if not self.effects:
-            return self.note or "not measured on this track"
+        if not self.noise:
+            measured = ("effect " + ", ".join(f"{e:+.3f}" for e in self.effects) + "; ") if self.effects else ""
+            return measured + (self.note or "not measured on this track")
         parts = ["effect " + ", ".join(f"{e:+.3f}" for e in self.effects)]
         parts.append("noise " + ", ".join(f"{z:.3f}" for z in self.noise))
         if self.floor is not None:
@@ -156,6 +157,9 @@ def judge(claim: str, effects, intervals=None, spread=None, floor=None, floor_in
         raise ValueError(f"{len(seeds)} seed labels for {len(effects)} effects: give one label per effect.")
     if not effects:
         return Verdict(claim, "not measured", measure=measure, note=note)
+    if intervals is None and spread is None:  # e.g. a full-track run on too few images for an interval, one model
+        return Verdict(claim, "not measured", effects, [], None, None, floor, "", seeds, measure,
+                       "no noise estimate: too few images for an interval over subsamples, and no second run")
     noise = _noise(effects, intervals, spread)
     shown = [e > z for e, z in zip(effects, noise)]
     reversed_ = sum(e < -z for e, z in zip(effects, noise))
@@ -181,6 +185,9 @@ def judge_alike(claim: str, differences, intervals=None, spread=None, seeds=None
     differences = _check_numbers("differences", differences)
     if not differences:
         return Verdict(claim, "not measured", measure=measure, note=note, alike=True)
+    if intervals is None and spread is None:
+        return Verdict(claim, "not measured", differences, [], None, None, None, "", list(seeds or []), measure,
+                       "no noise estimate: too few images for an interval over subsamples, and no second run", True)
     noise = _noise(differences, intervals, spread)
     shown = sum(abs(d) <= z for d, z in zip(differences, noise))
     word = "opposite" if shown == 0 else _verdict_word(shown, 0, len(differences))

@@ -34,6 +34,11 @@ def test_effect_equal_to_noise_does_not_count():
     assert judge("F1.1", effects=[0.05, 0.05], spread=0.05).verdict == "within noise"
 
 
+def test_no_noise_estimate_is_not_measured():
+    v = judge("F1.1", effects=[0.4], floor=0.1)
+    assert v.verdict == "not measured" and "no noise estimate" in v.numbers() and "+0.400" in v.numbers()
+
+
 def test_not_measured():
     assert judge("F1.1", effects=[]).verdict == "not measured"
     v = not_measured("F1.8", "no such models on the lite track")
@@ -59,7 +64,6 @@ def test_alike_claims():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(effects=[0.1, 0.2]), "noise estimate"),
     (dict(effects=[0.1, float("nan")], spread=0.1), "NaN"),
     (dict(effects=[0.1, 0.2], intervals=[0.1], spread=0.1), "one per seed"),
     (dict(effects=[0.1, 0.2], spread=-0.1), "negative"),
