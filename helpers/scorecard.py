@@ -67,6 +67,14 @@ def counts(verdicts: dict) -> str:
             f"{len(CLAIMS) - len(verdicts)} without a saved verdict; {learned} marked not learned)")
 
 
+def lines(lite: dict, full: dict) -> str:
+    """The scorecard as plain text, one claim a line: number, lite verdict, full verdict (no numbers)."""
+    words = lambda v: v.words() if v is not None else "not yet run"  # noqa: E731
+    out = [f"{'claim':6s} {'lite track':38s} full track"]
+    out += [f"{number:6s} {words(lite.get(number)):38s} {words(full.get(number))}" for number in CLAIMS]
+    return "\n".join(out)
+
+
 def render(lite: dict, full: dict) -> str:
     """The whole RESULTS.md text."""
     summary = f"Lite track: {counts(lite)}.\n\nFull track: " + (counts(full) if full else "not yet run") + ".\n"
