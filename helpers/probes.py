@@ -1,6 +1,7 @@
 """Closed-form linear probes: how much of the label a representation holds linearly (F8, F9).
 
     acc = few_shot_accuracy(pool_X, pool_y, test_X, test_y, shots=10, repeats=5)   # (repeats,) or (repeats, T)
+    hit = few_shot_correct(pool_X, pool_y, test_X, test_y, shots=10, repeats=5)    # (repeats, [T,] k) per test image
     fit = ridge_probe(train_X, train_y, val_X, val_y, test_X, test_y)             # one probe, lambda on val
 
 The paper (Raghu et al. 2021, Fig. 11, 13) fits regularised least squares from features to
@@ -58,13 +59,11 @@ def _labels(y, n: int, name: str) -> torch.Tensor:
     return y.long()
 
 
-def ridge_probe(train_X, train_y, val_X, val_y, test_X, test_y, lambdas=LAMBDAS, num_classes: int | None = None) -> dict:
-    """Fit ridge probes for every lambda, keep the one best on the validation images, score it on test.
+def _ridge_fit(train_X, train_y, val_X, val_y, test_X, test_y, lambdas, num_classes):
+    """Every lambda's probe: (single, val accuracy (R, L), test correctness (R, k, L) bool, lambdas (L,), choice (R,)).
 
-    train_X: (n, p) or (n, T, p); val_X: (m, ...), test_X: (k, ...) with the same trailing shape.
-    *_y: (n,), (m,), (k,) integer labels. lambdas: relative to the mean squared singular value.
-    Returns {"test_accuracy": (T,) or (), "val_accuracy": same, "lambda": the chosen relative lambdas}
-    as numpy arrays. Ties on validation go to the larger lambda (the simpler probe).
+    The shared work of ridge_probe and ridge_probe_correct (their docstrings); `choice` is the index
+    of the largest lambda among those tied for the best validation accuracy.
     """
     Xtr, Xva, Xte = _features(train_X, "train_X"), _features(val_X, "val_X"), _features(test_X, "test_X")
     single = np.asarray(train_X).ndim == 2 if not isinstance(train_X, torch.Tensor) else train_X.ndim == 2
@@ -96,16 +95,42 @@ def ridge_probe(train_X, train_y, val_X, val_y, test_X, test_y, lambdas=LAMBDAS,
     R, L, k, C = coefficients.shape
     side_by_side = coefficients.permute(0, 2, 1, 3).reshape(R, k, L * C)   # one matrix product serves every lambda
 
-    def accuracy(X, y):
-        """(R, m, p) -> (R, L) accuracy of every lambda's probe."""
+    def correct(X, y):
+        """(R, m, p) -> (R, m, L) whether every lambda's probe gets each image right."""
         scores = (((X - mean_x) @ Vh.transpose(1, 2)) @ side_by_side).reshape(R, -1, L, C)  # (R, m, L, C)
-        return (scores.argmax(-1) == y[:, None]).double().mean(1)
+        return scores.argmax(-1) == y[:, None]
 
-    val, test = accuracy(Xva, yva), accuracy(Xte, yte)
+    val, test_correct = correct(Xva, yva).double().mean(1), correct(Xte, yte)
     # the largest lambda among those tied for the best validation accuracy
     best = (val == val.max(1, keepdim=True).values).double() * torch.arange(1, len(lambdas) + 1)
-    choice = best.argmax(1)
+    return single, val, test_correct, lambdas, best.argmax(1)
+
+
+def ridge_probe(train_X, train_y, val_X, val_y, test_X, test_y, lambdas=LAMBDAS, num_classes: int | None = None) -> dict:
+    """Fit ridge probes for every lambda, keep the one best on the validation images, score it on test.
+
+    train_X: (n, p) or (n, T, p); val_X: (m, ...), test_X: (k, ...) with the same trailing shape.
+    *_y: (n,), (m,), (k,) integer labels. lambdas: relative to the mean squared singular value.
+    Returns {"test_accuracy": (T,) or (), "val_accuracy": same, "lambda": the chosen relative lambdas}
+    as numpy arrays. Ties on validation go to the larger lambda (the simpler probe).
+    """
+    single, val, test_correct, lambdas, choice = _ridge_fit(train_X, train_y, val_X, val_y, test_X, test_y, lambdas, num_classes)
+    test = test_correct.double().mean(1)
     picked = {"test_accuracy": test.gather(1, choice[:, None])[:, 0], "val_accuracy": val.gather(1, choice[:, None])[:, 0],
+              "lambda": lambdas[choice]}
+    return {k: (v[0] if single else v).numpy() for k, v in picked.items()}
+
+
+def ridge_probe_correct(train_X, train_y, val_X, val_y, test_X, test_y, lambdas=LAMBDAS, num_classes: int | None = None) -> dict:
+    """ridge_probe's probe, image by image: which test images it classifies correctly.
+
+    Arguments as in ridge_probe. Returns {"correct": (k,) or (T, k) bool, "lambda": () or (T,)}
+    as numpy arrays; correct.mean(-1) is ridge_probe's test accuracy. Per-image outcomes let an
+    accuracy (or a difference of two) be recomputed on any subsample of the test images without
+    refitting, e.g. for an interval over test images (helpers.intervals.statistic_interval).
+    """
+    single, _, test_correct, lambdas, choice = _ridge_fit(train_X, train_y, val_X, val_y, test_X, test_y, lambdas, num_classes)
+    picked = {"correct": test_correct.gather(2, choice[:, None, None].expand(-1, test_correct.shape[1], 1))[..., 0],
               "lambda": lambdas[choice]}
     return {k: (v[0] if single else v).numpy() for k, v in picked.items()}
 
@@ -166,4 +191,23 @@ def few_shot_accuracy(pool_X, pool_y, test_X, test_y, shots: int | None = 10, re
         train, val = few_shot_split(pool_y, shots, val_per_class, seed + r)
         results.append(ridge_probe(pool_X[train], pool_y[train], pool_X[val], pool_y[val], test_X, test_y,
                                    lambdas, num_classes=int(max(pool_y.max(), np.max(test_y))) + 1)["test_accuracy"])
+    return np.stack(results)
+
+
+def few_shot_correct(pool_X, pool_y, test_X, test_y, shots: int | None = 10, repeats: int = 5,
+                     val_per_class: int = 10, lambdas=LAMBDAS, seed: int = 0) -> np.ndarray:
+    """few_shot_accuracy's probes, image by image: (repeats, k) or (repeats, T, k) bool, True where correct.
+
+    The same draws of the shots and the same probes as few_shot_accuracy with the same arguments,
+    so few_shot_correct(...).mean(-1) equals few_shot_accuracy(...). Keeping each test image's
+    outcome lets an accuracy be re-read on a subsample of the test images: `correct[..., idx].mean(-1)`.
+    """
+    pool_y = np.asarray(pool_y)
+    if len(pool_y) != (pool_X.shape[0]):
+        raise ValueError(f"pool_X has {pool_X.shape[0]} rows but pool_y {len(pool_y)} labels.")
+    results = []
+    for r in range(repeats):
+        train, val = few_shot_split(pool_y, shots, val_per_class, seed + r)
+        results.append(ridge_probe_correct(pool_X[train], pool_y[train], pool_X[val], pool_y[val], test_X, test_y,
+                                           lambdas, num_classes=int(max(pool_y.max(), np.max(test_y))) + 1)["correct"])
     return np.stack(results)

@@ -92,3 +92,25 @@ def test_fit_shots_shrinks_only_when_a_class_is_short(capsys):
     assert len(train) == 4 and len(val) == 2
     with pytest.raises(ValueError, match="at least 1 shot"):
         probes.fit_shots(np.array([0, 0, 0, 1]), 10, 10)
+
+
+@pytest.mark.parametrize("stacked", [False, True])  # one representation (n, p), and T of them (n, T, p)
+def test_per_image_outcomes_give_the_same_accuracies(stacked):
+    rng = np.random.default_rng(3)
+    X, y = _toy(n_per_class=25, classes=3, p=8, spread=3.0, seed=4)   # overlapping clusters: some test errors
+    test_X, test_y = _toy(n_per_class=20, classes=3, p=8, spread=3.0, seed=5)
+    if stacked:
+        X = np.stack([X, X + rng.normal(size=X.shape)], 1)
+        test_X = np.stack([test_X, test_X + rng.normal(size=test_X.shape)], 1)
+    acc = probes.few_shot_accuracy(X, y, test_X, test_y, shots=5, repeats=3, val_per_class=5, seed=2)
+    hit = probes.few_shot_correct(X, y, test_X, test_y, shots=5, repeats=3, val_per_class=5, seed=2)
+    assert hit.dtype == bool and hit.shape == acc.shape + (len(test_y),)
+    np.testing.assert_allclose(hit.mean(-1), acc, rtol=0, atol=1e-12)
+    assert 0 < acc.min() and acc.max() < 1                            # the case is not trivial
+    one = probes.ridge_probe_correct(X[:30], y[:30], X[30:45], y[30:45], test_X, test_y)
+    fit = probes.ridge_probe(X[:30], y[:30], X[30:45], y[30:45], test_X, test_y)
+    np.testing.assert_allclose(one["correct"].mean(-1), fit["test_accuracy"], rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(one["lambda"], fit["lambda"])
+    # the outcome of each test image does not depend on the other test images
+    part = probes.few_shot_correct(X, y, test_X[::2], test_y[::2], shots=5, repeats=3, val_per_class=5, seed=2)
+    np.testing.assert_array_equal(part, hit[..., ::2])
