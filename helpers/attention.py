@@ -102,13 +102,16 @@ def patch_distances(grid: int, patch_size: int) -> torch.Tensor:
     return torch.cdist(rc.double(), rc.double()) * patch_size
 
 
-def mean_attention_distance(attn: torch.Tensor, patch_size: int, num_prefix_tokens: int) -> torch.Tensor:
+def mean_attention_distance(attn: torch.Tensor, patch_size: int, num_prefix_tokens: int,
+                            per_image: bool = False) -> torch.Tensor:
     """Mean attention distance per head, in pixels (Raghu et al. Fig. 3; Dosovitskiy et al. Fig. 11).
 
     attn: (B, heads, N, N) probabilities with `num_prefix_tokens` prefix tokens (CLS) first.
     CLS handling (the paper does not say): queries and keys are the patch tokens only, and each
     query's attention is renormalised over the patch keys, so a head that mostly attends to CLS
-    is judged by where the rest of its attention goes. Returns (heads,) float64.
+    is judged by where the rest of its attention goes. Returns (heads,) float64, the mean over
+    images and queries; per_image=True: (B, heads), the mean over queries only, one row per image
+    (their mean over images is the default answer; e.g. for intervals over image subsamples).
     """
     if not isinstance(attn, torch.Tensor) or attn.ndim != 4 or attn.shape[-1] != attn.shape[-2]:
         raise ValueError(f"attn must be (B, heads, N, N) attention probabilities (one entry of attention_maps(...)), got "
@@ -124,7 +127,7 @@ def mean_attention_distance(attn: torch.Tensor, patch_size: int, num_prefix_toke
     # sums, not the (B, heads, P, P) maps)
     weighted = (patches * patch_distances(grid, patch_size).to(patches.device)).sum(-1)  # (B, heads, P)
     per_query = weighted / patches.sum(-1)
-    return per_query.mean(dim=(0, 2))
+    return per_query.mean(dim=2) if per_image else per_query.mean(dim=(0, 2))
 
 
 def uniform_attention_distance(grid: int, patch_size: int) -> float:
@@ -138,13 +141,17 @@ def _patch_size(model) -> int:
 
 
 @torch.no_grad()
-def attention_distance_table(model, images, batch_size: int = 64, device=None, blocks: int | None = None):
+def attention_distance_table(model, images, batch_size: int = 64, device=None, blocks: int | None = None,
+                             per_image: bool = False):
     """Mean attention distance (px) of every head of every block, averaged over all `images`.
 
     images: a helpers.data.ImageSet, preprocessed the model's own way; streamed in batches, so
     only one batch of attention maps exists at a time. Returns a (blocks, heads) float64 numpy
     array. Patch queries and keys only, renormalised over patch keys (see mean_attention_distance).
     blocks=k: the first k blocks only, (k, heads), and the later blocks are never run.
+    per_image=True: (images, blocks, heads), each image's own distances (averaged over its queries);
+    their mean over axis 0 is the table, and means over subsets of images give intervals
+    (helpers.intervals.statistic_interval) at no extra cost.
     """
     from helpers.data import batches  # here, not at the top: helpers.data imports timm, this module need not
 
@@ -154,6 +161,13 @@ def attention_distance_table(model, images, batch_size: int = 64, device=None, b
     check_images(images)
     batch_size = check_int(batch_size, "batch_size", 1)
     patch, prefix = _patch_size(model), model.num_prefix_tokens
+    if per_image:
+        rows = [torch.stack([mean_attention_distance(a, patch, prefix, per_image=True)
+                             for a in attention_maps(model, x, blocks)], dim=1).cpu()
+                for x in batches(images, model, batch_size, device)]  # each (B, blocks, heads)
+        if not rows:
+            raise ValueError("No images: attention distances need at least one image.")
+        return torch.cat(rows).numpy()
     total, count = None, 0
     for x in batches(images, model, batch_size, device):
         per_block = torch.stack([mean_attention_distance(a, patch, prefix) for a in attention_maps(model, x, blocks)])

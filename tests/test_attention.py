@@ -70,6 +70,28 @@ def test_distance_table_streams_batches_without_changing_the_answer():
     assert abs(table - direct).max() < 1e-9
 
 
+def test_distance_table_per_image_averages_to_the_table():
+    """per_image=True gives each image's own distances; their mean over images is the table, and a subset's
+    mean is the table of that subset (what intervals over image subsamples use)."""
+    from helpers.data import image_set, preprocess_for, subset
+
+    torch.manual_seed(0)
+    model = zoo.build("lite-vit").eval()
+    images = image_set("shapes", count=40)
+    table = attention.attention_distance_table(model, images, batch_size=16)
+    rows = attention.attention_distance_table(model, images, batch_size=16, per_image=True)
+    assert rows.shape == (40,) + table.shape
+    assert abs(rows.mean(axis=0) - table).max() < 1e-9
+    some = [3, 17, 22, 39, 5]
+    assert abs(rows[some].mean(axis=0) - attention.attention_distance_table(model, subset(images, some))).max() < 1e-9
+    first_two = attention.attention_distance_table(model, images, batch_size=16, blocks=2, per_image=True)
+    assert first_two.shape == (40, 2, table.shape[1]) and abs(first_two - rows[:, :2]).max() < 1e-12
+    maps = attention.attention_maps(model, preprocess_for(model)(images.tensor[:4]))
+    per = attention.mean_attention_distance(maps[0], 4, 1, per_image=True)
+    assert per.shape == (4, table.shape[1])
+    assert torch.allclose(per.mean(0), attention.mean_attention_distance(maps[0], 4, 1), atol=1e-12)
+
+
 def test_head_outputs_are_what_the_projection_mixes():
     torch.manual_seed(0)
     model = zoo.build("lite-vit").eval()
