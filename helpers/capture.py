@@ -225,6 +225,7 @@ class Capture:
         num_patches = getattr(embed, "num_patches", None)
         self.num_patches = int(num_patches) if isinstance(num_patches, int) else None
         self._store, self._counts, self._handles = {}, {}, []
+        self._whole_pass = False  # True once model(x) itself has started a pass (its forward pre-hook fired)
 
     @property
     def labels(self) -> list:
@@ -238,8 +239,12 @@ class Capture:
                             "Record one of its submodules instead (see dict(model.named_modules())).")
         self._counts[tap.label] = self._counts.get(tap.label, 0) + 1
         if self._counts[tap.label] > 1 and self.on_repeat == "error":
-            raise RuntimeError(f"Module '{tap.module}' ran {self._counts[tap.label]} times in one forward pass "
-                               "(a shared module?). Capture(..., on_repeat='last') keeps the last call.")
+            if not self._whole_pass:  # the model itself was not called: two passes of its parts, not one shared module
+                raise RuntimeError(f"Module '{tap.module}' ran {self._counts[tap.label]} times since the last take(), "
+                                   f"outside any call of the model itself (model.forward_features(x), or its modules "
+                                   f"called one by one?). Call take() after each pass, or run the whole model as model(x).")
+            raise RuntimeError(f"Module '{tap.module}' ran {self._counts[tap.label]} times in one forward pass of the model "
+                               "(a module used twice?). Capture(..., on_repeat='last') keeps the last call.")
         value = value.detach()
         rows = apply_policy(value, self.policy, self.num_prefix_tokens, self.num_patches)
         kept = self.transform(rows) if self.transform else rows
@@ -249,7 +254,7 @@ class Capture:
 
     def _new_forward(self, *_):
         """Each forward pass of the whole model starts a fresh record."""
-        self._store, self._counts = {}, {}
+        self._store, self._counts, self._whole_pass = {}, {}, True
 
     def __enter__(self):
         self._handles.append(self.model.register_forward_pre_hook(self._new_forward))
@@ -282,5 +287,5 @@ class Capture:
             raise RuntimeError(f"Hook(s) never fired for {[t.label for t in silent]}: these modules did not run "
                                f"in the forward pass.{hint}")
         features = {t.label: self._store[t.label] for t in self.taps}
-        self._store, self._counts = {}, {}
+        self._store, self._counts, self._whole_pass = {}, {}, False
         return features

@@ -113,7 +113,8 @@ def cka_matrix(model_a, images: ImageSet, layers_a="blocks", model_b=None, layer
     policy_b = policy_a if policy_b is None else policy_b
 
     capture_a = _gram_capture(model_a, layers_a, policy_a, "a")
-    capture_b = None if within else _gram_capture(model_b, layers_b or "blocks", policy_b, "b")
+    layers_b = layers_a if within else ("blocks" if layers_b is None else layers_b)  # what really runs, for .meta
+    capture_b = None if within else _gram_capture(model_b, layers_b, policy_b, "b")
     accumulator = MinibatchCKA(capture_a.labels, None if within else capture_b.labels)
     device = next(model_a.parameters()).device
     amp_runs = bool(amp) and device.type == "cuda"
@@ -132,7 +133,7 @@ def cka_matrix(model_a, images: ImageSet, layers_a="blocks", model_b=None, layer
                 accumulator.update_grams(g_a, g_b)
 
     info = {"model_a": names["a"], "model_b": names["b"] or names["a"], "layers_a": str(layers_a),
-            "layers_b": str(layers_b if not within else layers_a), "policy_a": policy_a, "policy_b": policy_b,
+            "layers_b": str(layers_b), "policy_a": policy_a, "policy_b": policy_b,
             "resolved_layers_a": _resolved(capture_a), "resolved_layers_b": _resolved(capture_b or capture_a),
             "images": images.name, "n_images_skipped": skipped, "batch_size": batch_size, "device": str(device),
             "amp": amp_runs, "amp_requested": bool(amp), "seconds": round(time.time() - start, 2), **(meta or {})}

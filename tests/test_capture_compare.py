@@ -104,6 +104,16 @@ def test_capture_errors(vit):
     with Capture(twice, ["0"], on_repeat="last") as rec:
         twice(torch.randn(2, 4))
         assert rec.take()["0"].shape == (2, 4)
+    # two passes of the model's parts (not of the model itself) are not one pass with a shared module
+    with Capture(vit, ["blocks.0"]) as rec:
+        tokens = torch.randn(2, 65, vit.embed_dim)
+        vit.blocks(tokens)
+        with pytest.raises(RuntimeError, match="outside any call of the model itself"):
+            vit.blocks(tokens)
+    with Capture(vit, ["blocks.0"]) as rec:  # two whole passes, each taken, are fine
+        for _ in range(2):
+            vit(x)
+            assert rec.take()["blocks.0"].shape[0] == x.shape[0]
 
 
 # ---------------------------------------------------------------- the streaming matrix
@@ -127,8 +137,9 @@ def test_model_against_itself_gives_ones_on_the_diagonal_and_different_models_do
     images = image_set("shapes", count=128)
     within = cka_matrix(vit, images, "blocks", batch_size=64, progress=False)
     np.testing.assert_allclose(np.diag(within.values), 1.0, atol=1e-6)
-    across = cka_matrix(vit, images, "blocks", model_b=resnet, layers_b="blocks", batch_size=64, progress=False)
+    across = cka_matrix(vit, images, "blocks", model_b=resnet, batch_size=64, progress=False)  # layers_b defaults to blocks
     assert across.values.max() < 0.99  # catches comparing A with A by mistake
+    assert across.meta["layers_b"] == "blocks" and within.meta["layers_b"] == "blocks"  # the preset that ran, recorded
     assert within.n_examples == 128 and within.n_batches == 2
 
 
