@@ -241,6 +241,7 @@ def localization_maps(tokens, patches, debiased: bool = True, chunk: int = 16, f
     # relative error ~1e-6, half the time of float64); norms and the debiasing terms stay float64
     fast = all(isinstance(A, torch.Tensor) and A.dtype == torch.float32 for A in (tokens, patches))
     X, Y = _check_stack(tokens, "tokens"), _check_stack(patches, "patches")
+    Y = Y.to(X.device)  # tokens and patches may come from different devices (e.g. tokens on CUDA, pixels on the CPU)
     if X.shape[0] != Y.shape[0]:
         raise ValueError(f"tokens have {X.shape[0]} examples but patches have {Y.shape[0]}: both must describe "
                          "the same images in the same order.")

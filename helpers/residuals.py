@@ -16,7 +16,14 @@ over locations and images. ResNetV2 (BiT): shortcut against conv3's output.
     ratios = vit_norm_ratios(vit, batches(images, vit, 256))
     ratios.attn                  # (blocks, tokens) numpy
     ratios.cls("mlp"), ratios.spatial("mlp")     # (blocks,) CLS-token and spatial-token averages
+    ratios.spatial("mlp", images=idx)            # the same, averaged over the images idx only (intervals)
+    ratios.cosine["attn"]                        # (blocks, tokens) mean cos(z, f(z)); .cls(b, what="cos")
     resnet_norm_ratios(resnet, batches(images, resnet, 256))   # {block: ratio}
+    resnet_image_ratios(resnet, batches(images, resnet, 256))  # (block names, (n, blocks) per image)
+
+Every number also comes per image (NormRatios.per_image), so that an effect can be recomputed on
+image subsamples (helpers.intervals) without a second pass; all arrays are numpy on the CPU,
+whatever device the model runs on.
 
 A branch that outputs exactly zero gives a ratio of inf (never an epsilon). A block without skip
 connections (helpers.zoo.NoSkipBlock) has no z: its ratios are NaN.
@@ -37,7 +44,10 @@ from helpers.receptive_fields import _resnet_branch
 @dataclass
 class NormRatios:
     """ViT norm ratios. attn, mlp: (blocks, tokens) mean over images of ||z|| / ||f(z)||.
-    z_norm, f_norm: {"attn"|"mlp": (blocks, tokens)} mean norms themselves (to see *why* a ratio moves)."""
+    z_norm, f_norm: {"attn"|"mlp": (blocks, tokens)} mean norms themselves (to see *why* a ratio moves).
+    cosine: {"attn"|"mlp": (blocks, tokens)} mean over images of the cosine similarity of z and f(z).
+    per_image: {"attn"|"mlp": {"ratio"|"cos": (n, blocks, 2)}}: per image, the value averaged over the
+        prefix (CLS) tokens (column 0; NaN without one) and over the spatial tokens (column 1)."""
 
     attn: np.ndarray
     mlp: np.ndarray
@@ -45,21 +55,38 @@ class NormRatios:
     f_norm: dict
     num_prefix_tokens: int
     n_images: int
+    cosine: dict | None = None
+    per_image: dict | None = None
 
-    def _get(self, branch):
+    def _get(self, branch, what="ratio"):
         if branch not in ("attn", "mlp"):
             raise ValueError(f"branch must be 'attn' or 'mlp', got {branch!r}.")
-        return getattr(self, branch)
+        if what not in ("ratio", "cos"):
+            raise ValueError(f"what must be 'ratio' (||z|| / ||f(z)||) or 'cos' (cosine of z and f(z)), got {what!r}.")
+        return getattr(self, branch) if what == "ratio" else self.cosine[branch]
 
-    def cls(self, branch: str) -> np.ndarray:
-        """(blocks,) ratio of the CLS (prefix) token(s)."""
+    def _images(self, branch, what, images, column):
+        if self.per_image is None:
+            raise ValueError("These ratios were computed without per-image values.")
+        return self.per_image[branch][what][np.asarray(images), :, column].mean(0)
+
+    def cls(self, branch: str, images=None, what: str = "ratio") -> np.ndarray:
+        """(blocks,) ratio (or cosine, what='cos') of the CLS (prefix) token(s); over the images
+        `images` (an index array) only, when given."""
         if self.num_prefix_tokens == 0:
             raise ValueError("This model has no CLS (prefix) token.")
-        return self._get(branch)[:, :self.num_prefix_tokens].mean(1)
+        table = self._get(branch, what)
+        if images is not None:
+            return self._images(branch, what, images, 0)
+        return table[:, :self.num_prefix_tokens].mean(1)
 
-    def spatial(self, branch: str) -> np.ndarray:
-        """(blocks,) ratio averaged over the spatial (patch) tokens."""
-        return self._get(branch)[:, self.num_prefix_tokens:].mean(1)
+    def spatial(self, branch: str, images=None, what: str = "ratio") -> np.ndarray:
+        """(blocks,) ratio (or cosine, what='cos') averaged over the spatial (patch) tokens; over the
+        images `images` (an index array) only, when given."""
+        table = self._get(branch, what)
+        if images is not None:
+            return self._images(branch, what, images, 1)
+        return table[:, self.num_prefix_tokens:].mean(1)
 
 
 def _as_batches(images):
@@ -113,43 +140,74 @@ def vit_norm_ratios(model, images) -> NormRatios:
             raise ValueError(f"blocks.{i} is a {type(block).__name__}, not a timm Block: its branches are unknown.")
         if type(block).forward is not Block.forward:
             skipless.append(i)  # e.g. zoo.NoSkipBlock: no skip path, the ratio is undefined
-    rec = _Recorder()
+    rec, held = _Recorder(), {}
+
+    def skip_path(branch, i):  # z: its norms now, the tensor until its branch output arrives (for the cosine)
+        def hook(_module, inputs):
+            z = inputs[0] if isinstance(inputs, (tuple, list)) else inputs
+            rec.norms[(branch, "z", i)] = _token_norms(z)
+            held[(branch, i)] = z.detach().double()
+        return hook
+
+    def long_branch(branch, i):
+        def hook(_module, _inputs, out):
+            f = (out[0] if isinstance(out, (tuple, list)) else out).detach().double()
+            rec.norms[(branch, "f", i)] = f.norm(dim=-1)
+            rec.norms[(branch, "cos", i)] = torch.nn.functional.cosine_similarity(held.pop((branch, i)), f, dim=-1)
+        return hook
+
     for i, block in enumerate(model.blocks):
-        rec.input(block, ("attn", "z", i))
-        rec.output(block.ls1, ("attn", "f", i))
-        rec.input(block.norm2, ("mlp", "z", i))
-        rec.output(block.ls2, ("mlp", "f", i))
-    sums, count = {}, 0
+        rec.handles.append(block.register_forward_pre_hook(skip_path("attn", i)))
+        rec.handles.append(block.ls1.register_forward_hook(long_branch("attn", i)))
+        rec.handles.append(block.norm2.register_forward_pre_hook(skip_path("mlp", i)))
+        rec.handles.append(block.ls2.register_forward_hook(long_branch("mlp", i)))
+    prefix = int(getattr(model, "num_prefix_tokens", 0))
+    sums, count, per_image = {}, 0, {(b, w): [] for b in ("attn", "mlp") for w in ("ratio", "cos")}
     try:
         with torch.no_grad():
             for x in _as_batches(images):
                 rec.norms = {}
+                held.clear()
                 model(x)
                 for branch in ("attn", "mlp"):
+                    groups = {"ratio": [], "cos": []}
                     for i in range(len(model.blocks)):
                         z, f = rec.norms[(branch, "z", i)], rec.norms[(branch, "f", i)]
                         if not (torch.isfinite(z).all() and not torch.isnan(f).any()):
                             raise ValueError(f"blocks.{i} ({branch}) produced NaN or inf values for these images: no ratio "
                                              "can be computed. Check the model's weights and the inputs.")
-                        for what, value in (("ratio", z / f), ("z", z), ("f", f)):
+                        values = {"ratio": z / f, "z": z, "f": f, "cos": rec.norms[(branch, "cos", i)]}
+                        for what, value in values.items():
                             key = (branch, what, i)
                             sums[key] = sums.get(key, 0) + value.sum(0)
+                        for what in groups:  # per image: mean over the prefix tokens, mean over the spatial tokens
+                            value = values[what]
+                            head = value[:, :prefix].mean(1) if prefix else torch.full_like(value[:, 0], float("nan"))
+                            groups[what].append(torch.stack([head, value[:, prefix:].mean(1)], 1))
+                    for what, blocks in groups.items():
+                        per_image[(branch, what)].append(torch.stack(blocks, 1).cpu())  # (B, blocks, 2)
                 count += len(x)
     finally:
         rec.remove()
+        held.clear()
     if count == 0:
         raise ValueError("No images were given.")
 
     def table(branch, what):
         out = np.stack([(sums[(branch, what, i)] / count).cpu().numpy() for i in range(len(model.blocks))])
-        if what == "ratio" or what == "z":
+        if what in ("ratio", "z", "cos"):
             out[skipless] = np.nan
         return out
 
+    images_table = {b: {w: torch.cat(per_image[(b, w)]).numpy() for w in ("ratio", "cos")} for b in ("attn", "mlp")}
+    for b in images_table.values():
+        for values in b.values():
+            values[:, skipless] = np.nan
     return NormRatios(attn=table("attn", "ratio"), mlp=table("mlp", "ratio"),
                       z_norm={b: table(b, "z") for b in ("attn", "mlp")},
                       f_norm={b: table(b, "f") for b in ("attn", "mlp")},
-                      num_prefix_tokens=int(getattr(model, "num_prefix_tokens", 0)), n_images=count)
+                      num_prefix_tokens=prefix, n_images=count,
+                      cosine={b: table(b, "cos") for b in ("attn", "mlp")}, per_image=images_table)
 
 
 def _resnet_blocks(model) -> list:
@@ -167,6 +225,15 @@ def resnet_norm_ratios(model, images) -> dict:
 
     model: a timm ResNet or ResNetV2 in eval() mode. images: a (B, 3, H, W) tensor or an iterable of them.
     """
+    blocks, values = resnet_image_ratios(model, images)
+    return {name: float(v) for name, v in zip(blocks, values.mean(0))}
+
+
+def resnet_image_ratios(model, images) -> tuple:
+    """(block names, (n, blocks) numpy): per image, the mean over spatial locations of ||shortcut|| / ||long branch||.
+
+    The mean over images (axis 0) is resnet_norm_ratios; a subsample's mean gives an interval (helpers.intervals).
+    """
     blocks = _resnet_blocks(model)
     if model.training:
         raise ValueError("Put the model in eval() mode first (BatchNorm statistics change the branches).")
@@ -180,20 +247,21 @@ def resnet_norm_ratios(model, images) -> dict:
         else:  # identity shortcut: the block input
             rec.input(block, ("z", name))
         rec.output(modules[_resnet_branch(modules, name)], ("f", name))
-    sums, count = {name: 0.0 for name in blocks}, 0
+    per_image = []
     try:
         with torch.no_grad():
             for x in _as_batches(images):
                 rec.norms = {}
                 model(x)
+                columns = []
                 for name in blocks:
                     z, f = rec.norms[("z", name)], rec.norms[("f", name)]
                     if z.shape != f.shape:
                         raise RuntimeError(f"{name}: shortcut {tuple(z.shape)} and branch {tuple(f.shape)} differ.")
-                    sums[name] = sums[name] + float((z / f).mean(1).sum())
-                count += len(x)
+                    columns.append((z / f).mean(1))
+                per_image.append(torch.stack(columns, 1).cpu())
     finally:
         rec.remove()
-    if count == 0:
+    if not per_image:
         raise ValueError("No images were given.")
-    return {name: sums[name] / count for name in blocks}
+    return blocks, torch.cat(per_image).numpy()

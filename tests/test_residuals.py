@@ -48,6 +48,34 @@ def test_vit_ratios_match_a_direct_computation():
     np.testing.assert_allclose(got.spatial("mlp"), mlp[:, 1:].mean(1), rtol=1e-4)
 
 
+def test_cosine_and_per_image_values_match_a_direct_computation():
+    model = vit_with_layerscale()
+    x = torch.randn(10, 3, 16, 16)
+    cos_attn, cos_mlp, ratio_attn = [], [], []
+    with torch.no_grad():
+        h = model.norm_pre(model._pos_embed(model.patch_embed(x)))
+        for block in model.blocks:
+            f = block.ls1(block.attn(block.norm1(h)))
+            cos_attn.append(torch.nn.functional.cosine_similarity(h, f, dim=-1))  # (images, tokens)
+            ratio_attn.append(h.norm(dim=-1) / f.norm(dim=-1))
+            h = h + f
+            g = block.ls2(block.mlp(block.norm2(h)))
+            cos_mlp.append(torch.nn.functional.cosine_similarity(h, g, dim=-1))
+            h = h + g
+    cos_attn, cos_mlp, ratio_attn = (torch.stack(t, 1).numpy() for t in (cos_attn, cos_mlp, ratio_attn))  # (images, blocks, tokens)
+    got = residuals.vit_norm_ratios(model, [x[:4], x[4:]])
+    np.testing.assert_allclose(got.cosine["attn"], cos_attn.mean(0), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(got.cosine["mlp"], cos_mlp.mean(0), rtol=1e-4, atol=1e-6)
+    assert got.per_image["attn"]["ratio"].shape == (10, 3, 2)
+    idx = np.array([1, 5, 6, 9])
+    np.testing.assert_allclose(got.cls("attn", images=idx), ratio_attn[idx, :, 0].mean(0), rtol=1e-4)
+    np.testing.assert_allclose(got.spatial("attn", images=idx), ratio_attn[idx, :, 1:].mean((0, 2)), rtol=1e-4)
+    np.testing.assert_allclose(got.spatial("mlp", images=idx, what="cos"), cos_mlp[idx, :, 1:].mean((0, 2)), rtol=1e-4, atol=1e-6)
+    # all images through the per-image path give the table's values
+    np.testing.assert_allclose(got.spatial("mlp", images=np.arange(10)), got.spatial("mlp"), rtol=1e-10)
+    np.testing.assert_allclose(got.cls("attn", images=np.arange(10), what="cos"), got.cls("attn", what="cos"), rtol=1e-10)
+
+
 def test_layerscale_is_part_of_the_branch():
     model = vit_with_layerscale()
     x = torch.randn(4, 3, 16, 16)
@@ -73,6 +101,7 @@ def test_no_skip_block_has_no_ratio():
     assert np.all(np.isnan(got.attn[3])) and np.all(np.isnan(got.mlp[3]))
     assert np.all(np.isfinite(got.attn[[0, 1, 2, 4, 5]]))
     assert np.all(np.isfinite(got.f_norm["attn"][3]))  # what the branch adds is still measured
+    assert np.all(np.isnan(got.cosine["attn"][3])) and np.all(np.isnan(got.per_image["mlp"]["ratio"][:, 3]))
 
 
 def test_resnet_ratios_match_a_direct_computation_and_zero_branch():
@@ -102,6 +131,9 @@ def test_resnet_ratios_match_a_direct_computation_and_zero_branch():
         model.layer3[1].bn2.weight.zero_()
         model.layer3[1].bn2.bias.zero_()
     assert np.isinf(residuals.resnet_norm_ratios(model, x)["layer3.1"])
+    names, per_image = residuals.resnet_image_ratios(model, [x[:2], x[2:]])
+    assert names == list(got) and per_image.shape == (6, 8)
+    assert np.isinf(per_image[:, names.index("layer3.1")]).all()
 
 
 def test_wrong_model_kinds_fail_clearly():
