@@ -34,8 +34,13 @@ from helpers.minibatch_cka import CKAMatrix, MinibatchCKA, centered_gram
 
 
 def _gram_of_rows(rows: torch.Tensor) -> torch.Tensor:
-    """(B, p) activations (any float dtype) -> (B, B) float32 Gram of centered rows."""
-    return centered_gram(rows.float())
+    """(B, p) activations (any float dtype) -> (B, B) float32 Gram of centered rows.
+
+    Autocast is switched off here: under cka_matrix(amp=True) the forward passes run in bfloat16, but
+    a bfloat16 Gram (8-bit mantissa) would lose the digits CKA needs.
+    """
+    with torch.autocast(rows.device.type, enabled=False):
+        return centered_gram(rows.float())
 
 
 def _model(model, name: str) -> torch.nn.Module:

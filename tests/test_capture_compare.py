@@ -293,3 +293,15 @@ def test_presets_and_policies_work_for_mixers_and_efficientnets(name):
             assert rec.take()["block0"].shape == (4, 64)  # the mean over the 64 tokens, one row of 64 channels
     result = cka_matrix(model, image_set("shapes", count=16), "blocks", batch_size=16, progress=False)
     np.testing.assert_allclose(np.diag(result.values), 1.0, atol=1e-12)
+
+
+def test_grams_stay_float32_under_autocast():
+    """cka_matrix(amp=True) runs the forward passes in bfloat16; the Grams in the hooks must not follow."""
+    from helpers.compare import _gram_of_rows
+    rows = torch.randn(16, 40)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert (rows @ rows.T).dtype == torch.bfloat16  # what autocast does to a plain matmul
+        gram = _gram_of_rows(rows)
+    assert gram.dtype == torch.float32
+    centred = rows - rows.mean(0)
+    torch.testing.assert_close(gram, centred @ centred.T, rtol=1e-5, atol=1e-4)

@@ -130,6 +130,18 @@ def test_float32_with_large_offset_matches_float64():
     assert abs(r32[0, 0] - r64[0, 0]) < 1e-4
 
 
+def test_float32_with_a_huge_offset_matches_float64_arithmetic_on_the_same_values():
+    """Features varying by about 1 on an offset of 1e6 (16 float32 steps): the float32 path must agree
+    with float64 arithmetic on the very same float32 numbers (it was off by 0.57 before)."""
+    g = torch.Generator().manual_seed(0)
+    Z = torch.randn(512, 64, generator=g, dtype=torch.float64)
+    X, Y = (Z + 1e6).float(), (torch.tanh(Z) + 1e6).float()
+    r32 = run(MinibatchCKA(["x"], ["y"]), {"x": X}, {"y": Y}, batch=128).values[0, 0]
+    reference = C.linear_cka(X.double(), Y.double(), debiased=False)  # full batch, float64, same values
+    r64 = run(MinibatchCKA(["x"], ["y"]), {"x": X.double()}, {"y": Y.double()}, batch=128).values[0, 0]
+    assert abs(r32 - r64) < 1e-6 and r32 > 0.8 and reference > 0.8
+
+
 def test_self_similarity_is_exactly_one():
     layers = {k: v.float() for k, v in make_layers().items()}
     within = run(MinibatchCKA(list(layers)), layers)
