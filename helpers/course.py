@@ -68,10 +68,12 @@ def pick_device() -> torch.device:
         raise ValueError(f"COURSE_DEVICE={wanted!r} but this machine has no CUDA GPU: set COURSE_DEVICE=cpu or unset it.")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         raise ValueError(f"COURSE_DEVICE={wanted!r} but there are only {torch.cuda.device_count()} GPU(s): use cuda:0.")
-    if device.type not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"COURSE_DEVICE={wanted!r}: the course runs on 'cpu' or 'cuda' (or 'mps' on a Mac).")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"COURSE_DEVICE={wanted!r} but MPS is not available here: set COURSE_DEVICE=cpu.")
+    if device.type == "mps":
+        # CKA sums its pair products in float64 (helpers.minibatch_cka), and Apple's MPS has no float64
+        raise ValueError(f"COURSE_DEVICE={wanted!r}: Apple's MPS has no float64, which the course's CKA sums need. "
+                         "Set COURSE_DEVICE=cpu (the lite track runs in minutes on a Mac's CPU).")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"COURSE_DEVICE={wanted!r}: the course runs on 'cpu' or 'cuda'.")
     return device
 
 
@@ -82,7 +84,7 @@ def start(seed: int = 0, quiet: bool = False) -> torch.device:
     """
     seed_everything(seed)
     device = pick_device()
-    OUTPUT_DIR.mkdir(exist_ok=True)
+    OUTPUT_DIR.mkdir(parents=True, exist_ok=True)  # COURSE_OUTPUT_DIR may name a new nested folder (on Drive, say)
     if not quiet:
         print(f"python {platform.python_version()} | torch {torch.__version__.split('+')[0]} | "
               f"numpy {np.__version__} | device: {device.type}")

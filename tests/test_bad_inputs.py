@@ -207,10 +207,21 @@ def test_a_hub_that_answers_but_cannot_serve_ends_in_the_offline_message(monkeyp
 
 def test_a_bad_course_device_is_explained(monkeypatch):
     from helpers.course import pick_device
-    for value in ("gpu", "cuda:x"):
+    for value in ("gpu", "cuda:x", "xpu"):
         monkeypatch.setenv("COURSE_DEVICE", value)
         with pytest.raises(ValueError, match="COURSE_DEVICE"):
             pick_device()
+    monkeypatch.setenv("COURSE_DEVICE", "mps")  # no float64 on Apple's MPS: refused, whatever the machine
+    with pytest.raises(ValueError, match="float64.*COURSE_DEVICE=cpu"):
+        pick_device()
+
+
+def test_a_nested_new_output_folder_is_made(tmp_path, monkeypatch):
+    from helpers import course
+    nested = tmp_path / "drive" / "MyDrive" / "course-outputs"
+    monkeypatch.setattr(course, "OUTPUT_DIR", nested)
+    course.start(quiet=True)
+    assert nested.is_dir()
 
 
 # ---------------------------------------------------------------- state and records
