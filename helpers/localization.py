@@ -294,6 +294,7 @@ def localization_scores(maps, grid) -> dict:
       own:      CKA with its own patch.
       rank:     how many other patches score higher than its own (0 = own patch is the peak).
       contrast: own-patch CKA minus the mean over the other patches.
+      margin:   own-patch CKA minus the best other patch (> 0 exactly when the own patch is the peak).
       ratio:    own-patch CKA divided by that mean (scale-free, for comparing models).
       border_preference: mean over the other border patches minus mean over interior patches
                 (the paper: edge tokens are similar to other edge positions).
@@ -306,10 +307,11 @@ def localization_scores(maps, grid) -> dict:
     own = M.diagonal()
     others = ~torch.eye(T, dtype=torch.bool)
     mean_others = (M * others).sum(1) / (T - 1)
+    best_other = M.masked_fill(~others, float("-inf")).max(1).values if T > 1 else torch.full_like(own, float("nan"))
     kinds = position_kinds(grid)
     border = torch.as_tensor(kinds != "interior")
     out = {"own": own.numpy(), "rank": (M > own[:, None]).sum(1).numpy(), "contrast": (own - mean_others).numpy(),
-           "ratio": (own / mean_others).numpy(), "kinds": kinds}
+           "margin": (own - best_other).numpy(), "ratio": (own / mean_others).numpy(), "kinds": kinds}
     if border.all() or not border.any():
         out["border_preference"] = np.full(T, np.nan)
     else:
@@ -321,13 +323,14 @@ def localization_scores(maps, grid) -> dict:
 
 
 def summarise(scores: dict) -> dict:
-    """Per kind of position (and 'all'): share of tokens whose own patch is the peak, mean contrast, mean ratio."""
+    """Per kind of position (and 'all'): share of tokens whose own patch is the peak, mean contrast, mean margin, mean ratio."""
     summary = {}
     for kind in ("all",) + KINDS:
         mask = np.ones(len(scores["own"]), bool) if kind == "all" else scores["kinds"] == kind
         if mask.any():
             summary[kind] = {"own_is_peak": float((scores["rank"][mask] == 0).mean()),
                              "contrast": float(scores["contrast"][mask].mean()),
+                             "margin": float(scores["margin"][mask].mean()),
                              "ratio": float(scores["ratio"][mask].mean()),
                              "border_preference": float(np.nanmean(scores["border_preference"][mask]))
                              if np.isfinite(scores["border_preference"][mask]).any() else float("nan")}

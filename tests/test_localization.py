@@ -86,6 +86,19 @@ def test_position_kinds():
     assert list(kinds[1]) == ["edge", "interior", "interior", "edge"]
 
 
+def test_scores_by_hand():
+    maps = np.array([[0.9, 0.5, 0.2, 0.1],    # own patch the peak: margin 0.4
+                     [0.6, 0.3, 0.3, 0.0],    # own below patch 0: margin -0.3, rank 1
+                     [0.1, 0.1, 0.5, 0.5],    # a tie with patch 3: margin 0, rank 0
+                     [0.0, 0.0, 0.0, 0.3]])
+    scores = localization.localization_scores(maps, (2, 2))
+    np.testing.assert_allclose(scores["margin"], [0.4, -0.3, 0.0, 0.3])
+    np.testing.assert_allclose(scores["contrast"], [0.9 - 0.8 / 3, 0.3 - 0.9 / 3, 0.5 - 0.7 / 3, 0.3])
+    assert list(scores["rank"]) == [0, 1, 0, 0]
+    summary = localization.summarise(scores)
+    assert summary["all"]["margin"] == pytest.approx(0.1) and summary["corner"]["own_is_peak"] == 0.75
+
+
 def test_bad_inputs_fail_clearly():
     X, Y = torch.randn(10, 2, 3), torch.randn(9, 2, 3)
     with pytest.raises(ValueError, match="same images"):
