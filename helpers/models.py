@@ -86,6 +86,15 @@ REFERENCE_LABELS = {"lite": {"vit": "second seed", "resnet": "second seed"},
                     "full": {"vit": "re-fine-tuned", "resnet": "other recipe"}}
 
 
+def model_names(track: str) -> list:
+    """Every model name the notebooks load on `track` (TRACK_MODELS[track], nested series flattened), once each."""
+    def names(value):
+        if isinstance(value, dict):
+            return [n for v in value.values() for n in names(v)]
+        return [] if value is None else [value]
+    return list(dict.fromkeys(n for role, v in TRACK_MODELS[track].items() if role != "images" for n in names(v)))
+
+
 class WeightsUnavailableError(RuntimeError):
     """Pretrained weights cannot be had: not cached and the hub is unreachable."""
 
@@ -157,10 +166,14 @@ def choose_track(verbose: bool = True) -> str:
     wanted = os.environ.get(TRACK_ENV, "auto").strip().lower()
     if wanted not in ("auto", "lite", "full"):
         raise ValueError(f"{TRACK_ENV}={wanted!r}: use 'lite', 'full' or 'auto'.")
+    missing = [] if wanted != "auto" else [n for n in model_names("full") if not weights_cached(n)]
     if wanted != "auto":
         track, why = wanted, f"forced by {TRACK_ENV}={wanted}"
-    elif not (weights_cached(TRACK_MODELS["full"]["vit"]) or hub_reachable()):
-        track, why = "lite", "no pretrained weights cached and the hub is unreachable"
+    elif missing and not hub_reachable():
+        cached = len(model_names("full")) - len(missing)
+        track, why = "lite", ("the hub is unreachable and " + ("no pretrained weights are cached" if not cached else
+                              f"only {cached} of the {cached + len(missing)} full-track models are cached "
+                              f"(missing: {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})"))
     elif pick_device().type != "cuda":
         track, why = "lite", ("pretrained weights can be had, but there is no GPU: the full track pushes thousands of "
                               "224-px images through ViT-B/16 and ResNet-50 several times per notebook, hours on a CPU "

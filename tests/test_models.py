@@ -18,16 +18,10 @@ def test_core_lite_models_are_bundled():
     assert {"lite-vit", "lite-resnet"} <= names, "train them with: python -m helpers.train lite-vit (and lite-resnet)"
 
 
-def _lite_names(value) -> list:
-    """Every model name in a TRACK_MODELS['lite'] value (nested dicts flattened; None gives none)."""
-    if isinstance(value, dict):
-        return [n for v in value.values() for n in _lite_names(v)]
-    return [value] if isinstance(value, str) and value.startswith("lite-") else []
-
-
 def test_every_lite_model_the_notebooks_name_is_bundled():
     names = {c.stem for c in CARDS}
-    named = {n for v in models.TRACK_MODELS["lite"].values() for n in _lite_names(v)}
+    named = set(models.model_names("lite"))
+    assert all(n.startswith("lite-") for n in named)
     assert named <= names, f"named in TRACK_MODELS['lite'] but not in data/models: {sorted(named - names)}"
 
 
@@ -137,4 +131,17 @@ def test_a_cpu_runtime_that_reaches_the_hub_gets_the_lite_track_and_says_why(mon
     out = capsys.readouterr().out
     assert "no GPU" in out and "COURSE_TRACK=full" in out
     monkeypatch.setattr(models, "pick_device", lambda: torch.device("cuda"))
+    assert models.choose_track() == "full"
+
+
+def test_offline_with_only_some_full_track_weights_cached_gets_the_lite_track(monkeypatch, capsys):
+    """Every model the notebooks load must be cached (not only ViT-B) when the hub cannot be reached."""
+    monkeypatch.setenv(models.TRACK_ENV, "auto")
+    vit = models.TRACK_MODELS["full"]["vit"]
+    monkeypatch.setattr(models, "weights_cached", lambda name: name == vit)
+    monkeypatch.setattr(models, "hub_reachable", lambda timeout=3.0: False)
+    monkeypatch.setattr(models, "pick_device", lambda: torch.device("cuda"))
+    assert models.choose_track() == "lite"
+    assert f"only 1 of the {len(models.model_names('full'))} full-track models are cached" in capsys.readouterr().out
+    monkeypatch.setattr(models, "weights_cached", lambda name: True)  # all cached: no network needed
     assert models.choose_track() == "full"
