@@ -88,6 +88,31 @@ def test_colab_plan_installs_what_is_missing_or_old_and_never_torch():
     assert any("torch is missing" in n for n in notes)
 
 
+# ipywidgets 7.7.1's public names (ipywidgets/widgets/__init__.py of its wheel, read on 2026-12-03): every
+# Colab runtime ships 7.7.1, and widgets of ipywidgets 8 do not render in hosted Colab
+IPYWIDGETS_7_7 = {
+    "Widget", "DOMWidget", "ValueWidget", "CoreWidget", "Checkbox", "ToggleButton", "Valid", "Button", "Box", "HBox",
+    "VBox", "GridBox", "FloatText", "BoundedFloatText", "FloatSlider", "FloatProgress", "FloatRangeSlider",
+    "FloatLogSlider", "IntText", "BoundedIntText", "IntSlider", "IntProgress", "IntRangeSlider", "Play", "ColorPicker",
+    "DatePicker", "Output", "RadioButtons", "ToggleButtons", "Dropdown", "Select", "SelectionSlider", "SelectMultiple",
+    "SelectionRangeSlider", "Tab", "Accordion", "HTML", "HTMLMath", "Label", "Text", "Textarea", "Password",
+    "Combobox", "Controller", "interact", "interactive", "fixed", "interact_manual", "interactive_output", "jslink",
+    "jsdlink", "Layout", "Image", "Video", "Audio", "Style", "TwoByTwoLayout", "AppLayout", "GridspecLayout",
+    "FileUpload"}
+
+
+def test_colab_keeps_its_ipywidgets_and_the_notebooks_use_only_what_7_7_has():
+    colab = {"torch": "2.5.1+cu121", "torchvision": "0.20.1+cu121", "numpy": "1.26.4", "timm": "1.0.12",
+             "ipywidgets": "7.7.1", "seaborn": "0.13.2", "matplotlib": "3.8.0", "safetensors": "0.4.5", "tqdm": "4.66.6"}
+    to_install, _ = colab_setup.plan(colab_setup.course_requirements(), colab)
+    assert not any(r.startswith("ipywidgets") for r in to_install), "Colab's ipywidgets 7.7.1 would be upgraded"
+    used = set()
+    for path in sorted((ROOT / "notebooks").rglob("*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            used |= set(re.findall(r"\bwidgets\.([A-Za-z_]+)", "".join(cell["source"])))
+    assert used and used <= IPYWIDGETS_7_7, f"not in ipywidgets 7.7: {sorted(used - IPYWIDGETS_7_7)}"
+
+
 def test_colab_requirements_cover_what_the_notebooks_import():
     names = {colab_setup.parse(r)[0] for r in colab_setup.course_requirements()}
     assert {"torch", "torchvision", "timm", "numpy", "matplotlib", "ipywidgets", "safetensors"} <= names
