@@ -19,6 +19,7 @@ One module per idea:
     report         python -m helpers.report: two models, one report bundle
     guards         checks of what is passed in; models returned in the mode they came in
     shapes, data   the generated lite dataset; image sets with each model's preprocessing
+    download       downloads that resume after an interruption, verified, extracted atomically (Imagenette)
     zoo, train     the lite models (timm ViTs, ResNets, a Mixer, an EfficientNet) and their training
     models         load any model by name on either track; the track chooser
     course, plots  notebook set-up (paths, seeds, device) and the figure style

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from helpers import download as download_lib
 from helpers import shapes
 from helpers.course import DATA_DIR
 from helpers.guards import check_int
@@ -122,8 +123,9 @@ def _torchvision_set(name: str, count: int | None, download: bool) -> ImageSet:
 
     root = DOWNLOAD_DIR / name
     try:
-        if name == "imagenette":
-            dataset = torchvision.datasets.Imagenette(str(root), split="val", size="320px", download=download and not (root / "imagenette2-320").exists())
+        if name == "imagenette":  # resumable, verified, extracted atomically (helpers.download)
+            download_lib.imagenette_folder(root, download=download)
+            dataset = torchvision.datasets.Imagenette(str(root), split="val", size="320px", download=False)
         else:
             dataset = torchvision.datasets.CIFAR10(str(root), train=False, download=download)
     except Exception as error:  # no network, or an interrupted download
