@@ -1,0 +1,103 @@
+"""The course's check on a machine with a CUDA GPU: every lite notebook 05-16 on the GPU, then the full-track rehearsal on it.
+
+    python benchmarks/gpu_check.py                 # about 5-10 minutes on one GPU; prints a table
+    python benchmarks/gpu_check.py --only 11 12    # some notebooks
+    python benchmarks/gpu_check.py --no-rehearsal
+
+Each notebook runs top to bottom in its own kernel with COURSE_TRACK=lite and COURSE_DEVICE=cuda
+(the tests pin the CPU, so this is the only run of the lite track on a GPU). A last cell added to
+each copy reports the kernel's peak GPU memory (torch.cuda.max_memory_allocated) and peak host RSS
+(getrusage ru_maxrss). The executed copies go to --out (default outputs/gpu_check/), the table to
+its table.md. Then the full-track rehearsal (tests/test_full_track_rehearsal.py: random weights,
+real code path, a few photographs) runs with COURSE_REHEARSAL_DEVICE=cuda.
+
+Needs a CUDA GPU; exits with a message on a machine without one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORT = ("import json, resource, torch\n"
+          "print('GPU_CHECK', json.dumps({'gpu_mib': torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None,\n"
+          "                               'rss_mib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))")
+
+
+def run_notebook(path: Path, out: Path, env: dict, timeout: int) -> dict:
+    """Execute a copy of `path` with a reporting cell appended; returns seconds, peaks and the error if any."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(REPORT))
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    os.environ.update(env)  # the kernel inherits this process's environment
+    start, error = time.time(), ""
+    try:
+        client.execute()
+    except CellExecutionError as failure:
+        error = f"{failure.ename}: {str(failure.evalue)[:200]}"
+    seconds = time.time() - start
+    nbformat.write(nb, out / path.name)
+    report = [line[10:] for c in nb.cells for o in c.get("outputs", []) for line in o.get("text", "").splitlines()
+              if line.startswith("GPU_CHECK ")]
+    return {"seconds": seconds, "error": error, **(json.loads(report[-1]) if report else {"gpu_mib": None, "rss_mib": None})}
+
+
+def table(rows: dict) -> str:
+    lines = ["| notebook | result | seconds | peak GPU memory (MiB) | peak host RSS (MiB) |", "|---|---|---|---|---|"]
+    for name, r in rows.items():
+        mib = lambda v: "-" if v is None else f"{v:,.0f}"  # noqa: E731
+        lines.append(f"| {name} | {'ran' if not r['error'] else 'FAILED: ' + r['error']} | {r['seconds']:.0f} | "
+                     f"{mib(r['gpu_mib'])} | {mib(r['rss_mib'])} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="*", help="notebook numbers, e.g. 11 12")
+    parser.add_argument("--no-rehearsal", action="store_true")
+    parser.add_argument("--out", default=str(ROOT / "outputs" / "gpu_check"))
+    parser.add_argument("--timeout", type=int, default=900, help="seconds per cell")
+    args = parser.parse_args(argv)
+    import torch
+    if not torch.cuda.is_available():
+        print("No CUDA GPU here: this check needs one (on a CPU the test suite covers the lite track).")
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"GPU: {torch.cuda.get_device_name(0)}; torch {torch.__version__}")
+    env = {"COURSE_TRACK": "lite", "COURSE_DEVICE": "cuda", "COURSE_OUTPUT_DIR": str(out / "outputs")}
+    wanted = [f"{n:0>2}" for n in args.only] if args.only else [f"{n:02d}" for n in range(5, 17)]
+    rows = {}
+    for number in wanted:
+        (path,) = sorted((ROOT / "notebooks").glob(f"{number}_*.ipynb"))
+        rows[path.stem] = run_notebook(path, out, env, args.timeout)
+        print(f"{path.stem}: {rows[path.stem]}", flush=True)
+    text = "Lite track on CUDA (" + torch.cuda.get_device_name(0) + ")\n\n" + table(rows) + "\n"
+    failed = sum(bool(r["error"]) for r in rows.values())
+    if not args.no_rehearsal:
+        start = time.time()
+        done = subprocess.run([sys.executable, "-m", "pytest", "-n", "0", "-q", "-p", "no:cacheprovider",
+                               "tests/test_full_track_rehearsal.py"], cwd=ROOT,
+                              env={**os.environ, "COURSE_REHEARSAL_DEVICE": "cuda"}, capture_output=True, text=True)
+        summary = (done.stdout.strip().splitlines() or ["(no output)"])[-1]
+        text += f"\nFull-track rehearsal on CUDA: {summary} ({time.time() - start:.0f} s)\n"
+        failed += done.returncode != 0
+        if done.returncode:
+            print(done.stdout[-4000:], done.stderr[-2000:])
+    (out / "table.md").write_text(text)
+    print("\n" + text)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
