@@ -32,6 +32,16 @@ bias from k channels drawn at random for every image: k backward passes per laye
 
 All images go through ONE forward pass; each layer is then one backward pass over the whole batch
 (torch.autograd.grad with retain_graph). Never run this under torch.inference_mode().
+
+`per_image=True` also keeps each image's own map (`fields.image_maps[label]`, (B, H, W)), so that a
+statistic of the field can be recomputed on a subsample of the images (an interval over images):
+
+    fields = receptive_fields(vit, x, "post", per_image=True)
+    fields.on_images(idx)["b3.attn"]                  # (H, W) the field averaged over images idx only
+
+Cost: "each" is C backward passes per layer, and on a CPU they cost about C times the "sum" reading
+per image (batching the channels, by vmap or by repeating the images, does not make it cheaper: the
+work is the same). Use few layers or few images for it.
 """
 
 from __future__ import annotations
@@ -68,6 +78,16 @@ class ReceptiveFields:
     channels: object
     reduce: str
     meta: dict = field(default_factory=dict)
+    image_maps: dict = field(default_factory=dict)  # {label: (B, H, W)} with per_image=True, else empty
+
+    def on_images(self, idx) -> dict:
+        """{label: (H, W)} the fields averaged over the images `idx` only (needs per_image=True)."""
+        if not self.image_maps:
+            raise ValueError("These fields kept no per-image maps: compute them with receptive_fields(..., per_image=True).")
+        idx = np.asarray(idx, dtype=np.int64)
+        if idx.ndim != 1 or len(idx) == 0 or idx.min() < 0 or idx.max() >= self.n_images:
+            raise ValueError(f"idx must be a non-empty 1-d array of image indices in [0, {self.n_images}), got {idx!r}.")
+        return {label: stack[idx].mean(0) for label, stack in self.image_maps.items()}
 
     @property
     def labels(self) -> list:
@@ -157,7 +177,7 @@ def _pixel_centre(r, c, rows, cols, height, width):
 
 
 def receptive_fields(model, images: torch.Tensor, layers="post", channels="sum", reduce: str = "abs",
-                     max_images: int = MAX_IMAGES, seed: int = 0) -> ReceptiveFields:
+                     max_images: int = MAX_IMAGES, seed: int = 0, per_image: bool = False) -> ReceptiveFields:
     """Effective receptive field of every layer, from one forward pass and one backward pass per layer.
 
     model: a torch model in eval() mode (timm ViT or ResNet for the presets). images: (B, 3, H, W)
@@ -166,6 +186,7 @@ def receptive_fields(model, images: torch.Tensor, layers="post", channels="sum",
     estimated from k channels drawn at random per image (without replacement; seeded by `seed`),
     k backward passes per layer instead of C; exact "each" when k >= C.
     reduce: "abs" (paper) or "relu" (positive gradients only; the centre value is ReLU'd too).
+    per_image: also keep every image's own (H, W) map in `.image_maps` (for intervals over images).
     Returns ReceptiveFields with one (H, W) map per layer.
     """
     sampled = isinstance(channels, int) and not isinstance(channels, bool)
@@ -213,32 +234,34 @@ def receptive_fields(model, images: torch.Tensor, layers="post", channels="sum",
     silent = [t.label for t in wanted if t.label not in values]
     if silent:
         raise RuntimeError(f"Layer(s) {silent} never ran in the forward pass.")
-    maps, centres = {}, {}
+    maps, centres, image_maps = {}, {}, {}
     height, width = images.shape[-2:]
     for k, t in enumerate(wanted):
         value = values[t.label]  # (B, C)
         retain = k < len(wanted) - 1 or channels == "each"
         if channels == "sum":
-            grad = _input_grad(value.sum(), x, retain)
-            maps[t.label] = _reduce(grad, reduce)
+            stack = _reduce(_input_grad(value.sum(), x, retain), reduce)
         elif channels == "each":
-            total = 0.0
+            stack = 0.0
             for c in range(value.shape[1]):
-                total = total + _reduce(_input_grad(value[:, c].sum(), x, True), reduce)
-            maps[t.label] = total / value.shape[1]
+                stack = stack + _reduce(_input_grad(value[:, c].sum(), x, True), reduce)
+            stack = stack / value.shape[1]
         else:  # k channels sampled per image: pass j backpropagates channel order[b, j] of every image b
             order = torch.rand(value.shape, generator=generator).argsort(1)[:, :channels].to(value.device)
             rows = torch.arange(len(value), device=value.device)
-            total = 0.0
+            stack = 0.0
             for j in range(min(channels, value.shape[1])):
-                total = total + _reduce(_input_grad(value[rows, order[:, j]].sum(), x, True), reduce)
-            maps[t.label] = total / min(channels, value.shape[1])
+                stack = stack + _reduce(_input_grad(value[rows, order[:, j]].sum(), x, True), reduce)
+            stack = stack / min(channels, value.shape[1])
+        maps[t.label] = stack.mean(0)
+        if per_image:
+            image_maps[t.label] = stack
         centres[t.label] = _pixel_centre(*grids[t.label], height, width)
         if not np.isfinite(np.asarray(maps[t.label])).all():
             raise ValueError(f"The receptive field of '{t.label}' is NaN or inf: the model produced non-finite values "
                              "or gradients for these images (check its weights and the inputs).")
     return ReceptiveFields(maps, centres, len(images), channels, reduce,
-                           meta=dict(layers=[(t.label, t.module, t.where) for t in wanted]))
+                           meta=dict(layers=[(t.label, t.module, t.where) for t in wanted]), image_maps=image_maps)
 
 
 def _input_grad(scalar, x, retain):
@@ -250,9 +273,9 @@ def _input_grad(scalar, x, retain):
 
 
 def _reduce(grad, reduce):
-    """(B, 3, H, W) input gradient -> (H, W) numpy map: |.| (or ReLU) summed over RGB, mean over images."""
+    """(B, 3, H, W) input gradient -> (B, H, W) numpy maps, one per image: |.| (or ReLU) summed over RGB."""
     part = grad.abs() if reduce == "abs" else torch.relu(grad)
-    return part.sum(1).mean(0).detach().double().cpu().numpy()
+    return part.sum(1).detach().double().cpu().numpy()
 
 
 # --------------------------------------------------------------------------- summaries

@@ -154,3 +154,27 @@ def test_mass_radius_known_answers():
     assert rf.uniform_mass_radius(31, 31) == rf.mass_radius(np.ones((31, 31)), (15, 15))
     with pytest.raises(ValueError):
         rf.mass_radius(-erf, (5, 5))
+
+
+@pytest.mark.parametrize("channels", ["sum", "each", 3])
+def test_per_image_maps_average_to_the_field_and_match_each_image_alone(channels):
+    vit = zoo.build("lite-vit").eval()
+    x = torch.randn(5, 3, 32, 32)
+    fields = rf.receptive_fields(vit, x, ["blocks.1"], channels=channels, per_image=True)
+    stack = fields.image_maps["blocks.1"]
+    assert stack.shape == (5, 32, 32)
+    np.testing.assert_allclose(fields.on_images(np.arange(5))["blocks.1"], fields.maps["blocks.1"], rtol=1e-12)
+    if channels != 3:  # sampled channels are drawn per batch, so one image alone draws others
+        alone = rf.receptive_fields(vit, x[2:3], ["blocks.1"], channels=channels).maps["blocks.1"]
+        np.testing.assert_allclose(stack[2], alone, rtol=1e-4, atol=1e-9)
+    np.testing.assert_allclose(fields.on_images([1, 3])["blocks.1"], stack[[1, 3]].mean(0))
+
+
+def test_on_images_needs_per_image_maps_and_valid_indices():
+    fields = rf.receptive_fields(conv_stack(1), torch.randn(2, 3, 9, 9), ["0"])
+    assert fields.image_maps == {}
+    with pytest.raises(ValueError, match="per_image=True"):
+        fields.on_images([0])
+    kept = rf.receptive_fields(conv_stack(1), torch.randn(2, 3, 9, 9), ["0"], per_image=True)
+    with pytest.raises(ValueError, match="image indices"):
+        kept.on_images([2])
