@@ -267,7 +267,7 @@ def changed_images(images: ImageSet, change, label: str) -> ImageSet:
     def get(i):
         picture = images.get(i)
         if isinstance(picture, torch.Tensor):
-            return torch.from_numpy(changed(picture.numpy()))
+            return torch.from_numpy(changed(picture.cpu().numpy()))
         return Image.fromarray(changed(np.asarray(picture.convert("RGB"))))
 
     tensor = None
