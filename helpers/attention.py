@@ -167,7 +167,7 @@ def attention_distance_table(model, images, batch_size: int = 64, device=None, b
                 for x in batches(images, model, batch_size, device)]  # each (B, blocks, heads)
         if not rows:
             raise ValueError("No images: attention distances need at least one image.")
-        return torch.cat(rows).numpy()
+        return torch.cat(rows).cpu().numpy()
     total, count = None, 0
     for x in batches(images, model, batch_size, device):
         per_block = torch.stack([mean_attention_distance(a, patch, prefix) for a in attention_maps(model, x, blocks)])
