@@ -132,21 +132,21 @@ class Result:
 
 
 def read_notebook(path: Path):
-    """The notebook's cells, read as data; raises ValueError('unreadable: ...') for anything else."""
+    """The notebook's cells, read as data; raises ValueError('unreadable: why') for anything else."""
     if path.stat().st_size > MAX_NOTEBOOK_MB * 2 ** 20:
         raise ValueError(f"unreadable: larger than {MAX_NOTEBOOK_MB} MB")
     try:
-        return nbformat.reads(path.read_text(encoding="utf-8"), as_version=4).cells
-    except Exception as error:  # noqa: BLE001 - any parse failure is the same answer for the teacher
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ValueError(f"unreadable: {reason[:120]}") from None
-
-
-def _top_level(source: str):
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError("unreadable: not UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"unreadable: not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
+        raise ValueError("unreadable: JSON, but not a Jupyter notebook (no list of cells)")
     try:
-        return ast.parse(source).body
-    except SyntaxError:
-        return None
+        return nbformat.reads(json.dumps(data), as_version=4).cells
+    except Exception as error:  # noqa: BLE001 - any other defect is the same answer for the teacher
+        raise ValueError(f"unreadable: not a valid Jupyter notebook ({type(error).__name__})") from None
 
 
 def _only_definitions(body) -> bool:

@@ -187,7 +187,10 @@ def run_job(job: dict, job_dir: str, progress: Progress) -> None:
         except BaseException as error:  # noqa: BLE001 - a failing cell still leaves its earlier definitions
             _time_limit(0)
             progress(step=f"cell {cell['index']}", state="error", error=_short_error(error))
+    failed = set()  # functions that raised once: their other cases are not run (one error is enough)
     for call in job["calls"]:
+        if call["function"] in failed:
+            continue
         progress(step=call["id"], state="started")
         try:
             fn = namespace.get(call["function"])
@@ -207,6 +210,7 @@ def run_job(job: dict, job_dir: str, progress: Progress) -> None:
             progress(step=call["id"], state="done")
         except BaseException as error:  # noqa: BLE001 - report and go on with the next call
             _time_limit(0)
+            failed.add(call["function"])
             progress(step=call["id"], state="error", error=_short_error(error))
 
 

@@ -136,4 +136,34 @@ def run(job: dict, job_dir: Path, level: str, limits: Limits, hide: list, slot: 
             except ProcessLookupError:
                 pass
             process.wait()
+    if job["uid"] is not None:
+        kill_user_processes(job["uid"])
     return Outcome(process.returncode, timed_out, time.monotonic() - started)
+
+
+def processes_of(uid: int) -> list:
+    """Pids (as this process sees them) of the processes running as `uid` (Linux /proc)."""
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            line = next(x for x in status.read_text().splitlines() if x.startswith("Uid:"))
+        except (OSError, StopIteration):
+            continue
+        if int(line.split()[1]) == uid:
+            found.append(int(status.parent.name))
+    return found
+
+
+def kill_user_processes(uid: int, patience: float = 10.0) -> None:
+    """Kill whatever still runs as the sandbox's own user id, and wait until it is gone.
+
+    The PID namespace already ends every process when its first one ends; after a time-out that
+    teardown runs asynchronously, and the next submission of this worker reuses the user id."""
+    deadline = time.monotonic() + patience
+    while (pids := processes_of(uid)) and time.monotonic() < deadline:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
