@@ -325,20 +325,29 @@ def find_submissions(paths) -> list:
         else:
             raise FileNotFoundError(f"{p} does not exist: give .ipynb files or folders of them.")
     stems = [f.stem for f in files]
-    named = []
+    named, taken = [], set()
     for f in files:
         name = f.stem if stems.count(f.stem) == 1 else f"{f.parent.name}_{f.stem}"
-        named.append((re.sub(r"[^\w.-]", "_", name), f))
+        name = re.sub(r"[^\w.-]", "_", name).lstrip(".") or "student"
+        unique, n = name, 1
+        while unique in taken:  # the same name twice even with its folder: number it
+            n += 1
+            unique = f"{name}_{n}"
+        taken.add(unique)
+        named.append((unique, f))
     return named
 
 
-def grade_class(paths, out_dir, course_dir=COURSE_DIR, limits=None, workers: int = 2, progress: bool = True) -> list:
-    """Grade every submission in `paths`; write grades.csv and feedback/; return the Results in input order."""
+def grade_class(paths, out_dir, course_dir=COURSE_DIR, limits=None, workers: int = 2, progress: bool = True,
+                isolation: str = "auto") -> list:
+    """Grade every submission in `paths`; write grades.csv and feedback/; return the Results in input order.
+
+    isolation: "auto" (the strongest that works here, grade_sandbox.probe()) or a level to force."""
     limits = limits or sandbox.Limits()
     out_dir = Path(out_dir)
     course = course_notebooks(course_dir)
     submissions = find_submissions(paths)
-    level = sandbox.probe()
+    level = sandbox.probe() if isolation == "auto" else isolation
     hide = sandbox.hidden_folders([p.parent.resolve() for _, p in submissions] + [out_dir.resolve(), Path(course_dir).resolve()])
     slots = Queue()
     for slot in range(workers):
@@ -350,7 +359,11 @@ def grade_class(paths, out_dir, course_dir=COURSE_DIR, limits=None, workers: int
         futures = {pool.submit(grade_one, path, student, course, work_root, level, limits, hide, slots): student
                    for student, path in submissions}
         for future in tqdm(as_completed(futures), total=len(futures), desc="grading", unit="notebook", disable=not progress):
-            results[futures[future]] = future.result()
+            student = futures[future]
+            try:
+                results[student] = future.result()
+            except Exception as error:  # noqa: BLE001 - a grader bug on one notebook must not lose the class
+                results[student] = Result(student, f"grader error: {type(error).__name__}: {error}"[:200])
     ordered = [results[student] for student, _ in submissions]
     write_grades(ordered, course, out_dir / "grades.csv")
     for result in ordered:
@@ -398,12 +411,16 @@ def main(argv=None) -> int:
     parser.add_argument("--course", default=COURSE_DIR, help="folder of the solution notebooks (default: the repository's)")
     parser.add_argument("--workers", type=int, default=2, help="submissions graded at once (default 2)")
     parser.add_argument("--seconds", type=float, default=60, help="wall-clock limit per submission (default 60)")
-    parser.add_argument("--memory-mb", type=int, default=6000, help="address-space limit per submission (default 6000; torch needs ~4000)")
+    parser.add_argument("--memory-mb", type=int, default=2000,
+                        help="memory per submission on top of Python, numpy and torch, in MB (default 2000)")
+    parser.add_argument("--isolation", default="auto", choices=["auto", *sandbox.LEVELS],
+                        help="sandbox level (default: the strongest that works here)")
     args = parser.parse_args(argv)
     limits = sandbox.Limits(seconds=args.seconds, cpu_seconds=int(args.seconds), memory_mb=args.memory_mb)
-    print(f"isolation: {sandbox.probe()}; {sandbox.container_runtime()}")
+    level = sandbox.probe() if args.isolation == "auto" else args.isolation
+    print(f"isolation: {level} ({sandbox.LEVELS[level]}); {sandbox.container_runtime()}")
     started = time.monotonic()
-    results = grade_class(args.submissions, args.out, args.course, limits, args.workers)
+    results = grade_class(args.submissions, args.out, args.course, limits, args.workers, isolation=level)
     print(f"graded {len(results)} submissions in {time.monotonic() - started:.0f} s: {Path(args.out) / 'grades.csv'}")
     return 0
 

@@ -3,7 +3,8 @@
 Started by helpers.grade_sandbox as `python -I grade_child.py JOB_DIR`, never imported by student code
 (under `-I` the helpers package is not on its path). It trusts nothing it runs, and decides nothing:
     1. hides the teacher's folders (mount namespace) and drops to an unprivileged user, when asked to;
-    2. sets the resource limits (memory, CPU time, processes, file size);
+    2. imports numpy (and torch when an exercise needs it), then sets the resource limits (memory,
+       CPU time, processes, file size);
     3. runs the student's exercise cells, in notebook order, in one namespace;
     4. calls each function on the inputs in JOB_DIR/inputs.npz and saves what comes back as .npy files.
 It never compares anything: the grader does that in its own process, so patching numpy, helpers or
@@ -23,7 +24,6 @@ import json
 import os
 import signal
 import sys
-import time
 import traceback
 
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
@@ -86,11 +86,22 @@ def drop_privileges(uid: int) -> None:
     os.setuid(uid)
 
 
+def address_space() -> int:
+    """Bytes of address space this process holds now (VmSize; 0 where /proc is missing)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    except (OSError, StopIteration):
+        return 0
+
+
 def set_limits(limits: dict) -> None:
+    """Resource limits for the rest of this process and its children. memory_mb is what the student's
+    code may take on top of the interpreter and its imports (numpy, torch), measured now."""
     import resource
 
     mb = 2 ** 20
-    wanted = {resource.RLIMIT_AS: limits["memory_mb"] * mb, resource.RLIMIT_CPU: limits["cpu_seconds"],
+    wanted = {resource.RLIMIT_AS: address_space() + limits["memory_mb"] * mb, resource.RLIMIT_CPU: limits["cpu_seconds"],
               resource.RLIMIT_FSIZE: limits["file_mb"] * mb, resource.RLIMIT_NPROC: limits["processes"],
               resource.RLIMIT_CORE: 0}
     for which, value in wanted.items():
@@ -171,6 +182,7 @@ def run_job(job: dict, job_dir: str, progress: Progress) -> None:
         import torch
     inputs = numpy.load(os.path.join(job_dir, "inputs.npz"), allow_pickle=False)
     step_seconds = job["limits"]["step_seconds"]
+    set_limits(job["limits"])  # after the imports, so that the memory limit is the student's own share
     namespace = {"__name__": "__main__", "np": numpy, "numpy": numpy}
     if torch is not None:
         namespace["torch"] = torch
@@ -223,9 +235,6 @@ def main(job_dir: str) -> None:
     if job.get("uid") is not None:
         drop_privileges(job["uid"])
     os.chdir(job_dir)
-    started = time.time()
-    set_limits(job["limits"])
-    progress(step="sandbox", state="done", seconds=round(time.time() - started, 3))
     run_job(job, job_dir, progress)
     progress(step="all", state="done")
     progress.file.close()

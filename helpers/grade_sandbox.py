@@ -27,17 +27,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 CHILD = Path(__file__).with_name("grade_child.py")
+LEVELS = {"namespaces": "no network, teacher's folders hidden, own user id, limits",
+          "user-namespaces": "no network, teacher's folders hidden, limits",
+          "process": "own process group and folder, limits only: no network or file isolation"}
 FIRST_UID = 61000  # sandbox user ids: FIRST_UID + worker slot (no such users exist on a normal machine)
 
 
 @dataclass
 class Limits:
-    """What one submission may use. memory_mb is address space: torch alone needs about 4 GB of it."""
+    """What one submission may use. memory_mb: address space on top of Python, numpy and torch."""
 
     seconds: float = 60.0   # wall clock, for the whole submission
     step_seconds: float = 15.0  # one cell or one call of a function (so one endless loop costs one exercise)
     cpu_seconds: int = 60
-    memory_mb: int = 6000
+    memory_mb: int = 2000
     processes: int = 64     # tasks (processes and threads) of the sandbox's user
     file_mb: int = 64
 
