@@ -236,12 +236,18 @@ def glob_escape(text: str) -> str:
 def _stopped(outcome: sandbox.Outcome, limits: sandbox.Limits, events: dict) -> str:
     """Why the sandbox stopped before the end, said for the student."""
     running = [step for step, e in events.items() if e.get("state") == "started"]
-    where = f" while running {running[-1]}" if running else ""
+    where = f" while running {_step_name(running[-1])}" if running else ""
     if outcome.timed_out:
         return f"time limit ({limits.seconds:.0f} s) reached{where}; the sandbox was stopped"
     signals = {-9: "killed (memory or process limit)", -24: "CPU time limit reached", -25: "file size limit reached",
                -11: "crashed (segmentation fault)"}
     return f"the sandbox process {signals.get(outcome.returncode, f'ended with code {outcome.returncode}')}{where}"
+
+
+def _step_name(step: str) -> str:
+    """'gram_linear.0' -> 'gram_linear (case 1)'; 'cell 10' stays."""
+    function, _, case = step.rpartition(".")
+    return f"{function} (case {int(case) + 1})" if case.isdigit() else step
 
 
 def judge(notebook: CourseNotebook, cases: dict, job_dir: Path, outcome, limits, result: Result) -> None:
@@ -260,7 +266,7 @@ def judge(notebook: CourseNotebook, cases: dict, job_dir: Path, outcome, limits,
         for call_id, case in my_calls:
             event = events.get(call_id, {})
             if event.get("state") == "error":
-                status, message = _error_status(event.get("error", ""), cell_errors)
+                status, message = _error_status(event.get("error", ""), cell_errors, limits)
                 break
             if event.get("state") != "done":
                 status, message = "error", (_stopped(outcome, limits, events) if not finished else "no answer came back")
@@ -278,11 +284,16 @@ def judge(notebook: CourseNotebook, cases: dict, job_dir: Path, outcome, limits,
         result.grades[column], result.messages[column] = status, message
 
 
-def _error_status(error: str, cell_errors: list) -> tuple:
+def _error_status(error: str, cell_errors: list, limits) -> tuple:
+    """(status, message) for an exception the student's function raised in the sandbox."""
     if error.startswith("NotImplementedError"):
         return "fail", "not done yet: the function still raises NotImplementedError"
     if error.startswith("NameError: no function") and cell_errors:
         return "error", f"{error}; the cell stopped with {cell_errors[0]}"
+    if error.startswith("MemoryError"):
+        return "error", f"{error}: more memory than the limit of {limits.memory_mb} MB"
+    if error.startswith("BlockingIOError") and "Resource temporarily unavailable" in error:
+        return "error", f"{error}: more processes than the limit of {limits.processes}"
     return "error", error
 
 

@@ -133,7 +133,7 @@ class Progress:
 def _short_error(error: BaseException) -> str:
     """`Type: message`, at most 500 characters, plus the line of the student's cell where it happened."""
     where = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.startswith("<cell")]
-    text = f"{type(error).__name__}: {error}"[:500]
+    text = f"{type(error).__name__}: {error}"[:500] if str(error) else type(error).__name__
     return text + (f" ({where[-1].filename[1:-1]}, line {where[-1].lineno})" if where else "")
 
 
