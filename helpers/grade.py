@@ -326,22 +326,23 @@ def grade_one(path: Path, student: str, course: list, work_root: Path, level: st
 # -- the class
 
 def find_submissions(paths) -> list:
-    """(student, path) for every .ipynb given or inside a given folder; student = file stem, made unique."""
-    files = []
+    """(student, path) for every .ipynb given, or inside a given folder. The student's name is the
+    file name without .ipynb, or for a file in a subfolder its path in the folder ('alice/01.ipynb'
+    -> 'alice_01'); a name met twice is numbered."""
+    found = []
     for p in map(Path, paths):
         if p.is_dir():
-            files += sorted(f for f in p.rglob("*.ipynb") if ".ipynb_checkpoints" not in f.parts)
+            found += [(f.relative_to(p).with_suffix(""), f) for f in sorted(p.rglob("*.ipynb"))
+                      if ".ipynb_checkpoints" not in f.parts]
         elif p.exists():
-            files.append(p)
+            found.append((Path(p.stem), p))
         else:
             raise FileNotFoundError(f"{p} does not exist: give .ipynb files or folders of them.")
-    stems = [f.stem for f in files]
     named, taken = [], set()
-    for f in files:
-        name = f.stem if stems.count(f.stem) == 1 else f"{f.parent.name}_{f.stem}"
-        name = re.sub(r"[^\w.-]", "_", name).lstrip(".") or "student"
+    for relative, f in found:
+        name = re.sub(r"[^\w.-]", "_", "_".join(relative.parts)).lstrip(".") or "student"
         unique, n = name, 1
-        while unique in taken:  # the same name twice even with its folder: number it
+        while unique in taken:
             n += 1
             unique = f"{name}_{n}"
         taken.add(unique)

@@ -117,3 +117,18 @@ def test_answers_are_read_without_pickle(tmp_path):
     np.save(tmp_path / "out" / "gram_linear.0.npy", np.array([{"evil": 1}], dtype=object), allow_pickle=True)
     assert grade.read_answers(tmp_path, "gram_linear.0") == {}
     json.dumps(grade.read_progress(tmp_path))  # no progress file: no events, no error
+
+
+def test_student_names_from_files_and_subfolders(tmp_path):
+    for relative in ["alice/01.ipynb", "bob/01.ipynb", "carol.ipynb", ".hidden.ipynb", "x/.ipynb_checkpoints/c.ipynb"]:
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text("{}")
+    names = [name for name, _ in grade.find_submissions([tmp_path, tmp_path / "carol.ipynb"])]
+    assert names == ["hidden", "alice_01", "bob_01", "carol", "carol_2"]
+
+
+def test_the_command_line(tmp_path, capsys):
+    nbformat.write(subs.solved("03_cka"), tmp_path / "dana.ipynb")
+    assert grade.main([str(tmp_path / "dana.ipynb"), "--out", str(tmp_path / "out"), "--seconds", "30"]) == 0
+    assert (tmp_path / "out" / "grades.csv").read_text().splitlines()[1] == "dana,03_cka,pass,1,1"
+    assert "isolation: " in capsys.readouterr().out
