@@ -205,7 +205,7 @@ def read_progress(job_dir: Path) -> dict:
     """step -> its last event ({"state": "started"|"done"|"error", "error": ...}), from progress.jsonl."""
     path = job_dir / "progress.jsonl"
     events = {}
-    if path.is_file() and path.stat().st_size < MAX_RESULT_MB * 2 ** 20:
+    if path.is_file() and not path.is_symlink() and path.stat().st_size < MAX_RESULT_MB * 2 ** 20:
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 event = json.loads(line)
@@ -220,7 +220,8 @@ def read_answers(job_dir: Path, call_id: str) -> dict:
     answers = {}
     for path in (job_dir / "out").glob(f"{glob_escape(call_id)}*.npy"):
         key = path.name[len(call_id):-len(".npy")]
-        if (key and not key.startswith(".")) or path.is_symlink() or path.stat().st_size > MAX_RESULT_MB * 2 ** 20:
+        plain = path.is_file() and not path.is_symlink()  # not a link or a FIFO the student's code planted
+        if (key and not key.startswith(".")) or not plain or path.stat().st_size > MAX_RESULT_MB * 2 ** 20:
             continue
         try:
             answers[key[1:]] = np.load(path, allow_pickle=False)

@@ -2,7 +2,8 @@
 
 Started by helpers.grade_sandbox as `python -I grade_child.py JOB_DIR`, never imported by student code
 (under `-I` the helpers package is not on its path). It trusts nothing it runs, and decides nothing:
-    1. hides the teacher's folders (mount namespace) and drops to an unprivileged user, when asked to;
+    1. hides the teacher's folders (mount namespace) and drops to an unprivileged user, when asked to,
+       else drops every capability;
     2. imports numpy (and torch when an exercise needs it), then sets the resource limits (memory,
        CPU time, processes, file size);
     3. runs the student's exercise cells, in notebook order, in one namespace;
@@ -19,6 +20,7 @@ JOB_DIR holds job.json (what to do), inputs.npz (the arrays) and receives:
 from __future__ import annotations
 
 import ctypes
+import errno
 import io
 import json
 import os
@@ -26,7 +28,8 @@ import signal
 import sys
 import traceback
 
-MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18  # <sys/mount.h>
+PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, _LINUX_CAPABILITY_VERSION_3 = 24, 38, 0x20080522  # <linux/prctl.h>, capability.h
 PRINT_LIMIT = 100_000  # characters of the student's printed output kept (in memory, then discarded)
 
 
@@ -65,7 +68,7 @@ def hide_folders(hide: list, keep: list) -> None:
     outermost = [h for h in sorted(set(hide)) if not any(h != o and _inside(h, o) for o in hide)]
     for folder in outermost:
         _mount("tmpfs", folder, "tmpfs", 0, "size=4m,mode=0755")
-    for i, folder in enumerate(sorted(keep, key=len)):
+    for folder in sorted(keep, key=len):
         if not any(_inside(folder, h) for h in outermost):
             continue
         os.makedirs(folder, exist_ok=True)
@@ -81,9 +84,27 @@ def hide_folders(hide: list, keep: list) -> None:
 
 
 def drop_privileges(uid: int) -> None:
+    """Become `uid` (no groups): an ordinary user, with no capabilities left."""
     os.setgroups([])
     os.setgid(uid)
     os.setuid(uid)
+
+
+def drop_capabilities() -> None:
+    """Keep the user id but lose every capability, for good (also across execve of a root program).
+
+    Without this, the code of a sandbox that runs as root inside its user namespace could simply
+    unmount the tmpfs that hides the teacher's folders. Steps a non-root process may not take are
+    skipped: it has no capabilities to lose."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in range(64):  # the bounding set: no capability can come back through execve
+        if libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0 and ctypes.get_errno() != errno.EPERM:
+            break  # EINVAL: past the last capability this kernel knows
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+    nothing = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable; two 32-bit words each
+    if libc.capset(header, nothing) != 0:
+        raise OSError(ctypes.get_errno(), "capset: could not drop the capabilities")
 
 
 def address_space() -> int:
@@ -234,6 +255,8 @@ def main(job_dir: str) -> None:
         hide_folders(job["hide"], [job_dir] + job["keep"])
     if job.get("uid") is not None:
         drop_privileges(job["uid"])
+    elif sys.platform.startswith("linux"):
+        drop_capabilities()
     os.chdir(job_dir)
     run_job(job, job_dir, progress)
     progress(step="all", state="done")

@@ -49,6 +49,11 @@ HOSTILE = {
     "fork_bomb": "import os, time\ndef gram_linear(X):\n    for _ in range(500):\n        if os.fork() == 0:\n"
                  "            time.sleep(120)\n            os._exit(0)\n    return X @ X.T\n",
     "reads_other": "def gram_linear(X):\n    open({other!r}).read()\n    return X @ X.T\n",
+    # unmounts the empty folder laid over the other submissions (MNT_DETACH), then reads one
+    "escapes_hiding": "import ctypes, os\ndef gram_linear(X):\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+                      "    if libc.umount2(('/' + {other!r}.split('/')[1]).encode(), 2) != 0:\n"
+                      "        raise PermissionError(os.strerror(ctypes.get_errno()))\n"
+                      "    open({other!r}).read()\n    return X @ X.T\n",
     "writes_outside": "def gram_linear(X):\n    open({target!r}, 'w').write('pwned')\n    return X @ X.T\n",
     "network": "import socket\ndef gram_linear(X):\n    socket.create_connection(('127.0.0.1', {port}), timeout=2).sendall(b'answers')\n"
                "    return X @ X.T\n",

@@ -28,6 +28,7 @@ endless_loop,01_gram_matrices,error,error,,,0,2
 memory_bomb,01_gram_matrices,error,pass,,,1,2
 fork_bomb,01_gram_matrices,error,pass,,,1,2
 reads_other,01_gram_matrices,error,pass,,,1,2
+escapes_hiding,01_gram_matrices,error,pass,,,1,2
 writes_outside,01_gram_matrices,error,pass,,,1,2
 network,01_gram_matrices,error,pass,,,1,2
 patches_check,01_gram_matrices,fail,pass,,,1,2
@@ -85,6 +86,7 @@ def test_a_class_with_every_hostile_case(tmp_path, listener):
     assert "MemoryError" in messages["memory_bomb"]["1.1 gram_linear"]
     assert "BlockingIOError" in messages["fork_bomb"]["1.1 gram_linear"]
     assert "No such file" in messages["reads_other"]["1.1 gram_linear"]
+    assert "Operation not permitted" in messages["escapes_hiding"]["1.1 gram_linear"]
     assert "unreachable" in messages["network"]["1.1 gram_linear"]
     assert "largest difference" in messages["fake_print"]["1.1 gram_linear"]
     assert "NotImplementedError" in messages["unsolved"]["1.1 gram_linear"]
