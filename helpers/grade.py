@@ -117,7 +117,8 @@ class Result:
     """One student's grade: status per exercise column ("pass", "fail", "skipped", "error") and why."""
 
     student: str
-    notebook: str
+    notebook: str            # the course notebook recognised, or why none was ("unreadable: ...")
+    recognised: bool = False
     grades: dict = field(default_factory=dict)     # column -> status
     messages: dict = field(default_factory=dict)   # column -> the check's message
     seconds: float = 0.0
@@ -308,7 +309,7 @@ def grade_one(path: Path, student: str, course: list, work_root: Path, level: st
     notebook = recognise(cells, course)
     if notebook is None:
         return Result(student, "not a course notebook", seconds=time.monotonic() - started)
-    result = Result(student, notebook.name)
+    result = Result(student, notebook.name, recognised=True)
     job, arrays, cases = build_job(notebook, cells, np.random.default_rng(secrets.randbits(64)))
     job_dir = work_root / student
     job_dir.mkdir()
@@ -403,7 +404,9 @@ def write_grades(results, course, path: Path) -> None:
 def write_feedback(result: Result, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [f"# Feedback for {result.student}", ""]
-    if not result.grades:
+    if result.recognised and not result.grades:
+        lines += [f"Notebook: **{result.notebook}**. It has no exercises to grade."]
+    elif not result.grades:
         lines += [f"Your notebook could not be graded: **{result.notebook}**.",
                   "Submit the course notebook itself (Colab: File > Download > Download .ipynb), unchanged in its headings."]
     else:
@@ -433,7 +436,11 @@ def main(argv=None) -> int:
     level = sandbox.probe() if args.isolation == "auto" else args.isolation
     print(f"isolation: {level} ({sandbox.LEVELS[level]}); {sandbox.container_runtime()}")
     started = time.monotonic()
-    results = grade_class(args.submissions, args.out, args.course, limits, args.workers, isolation=level)
+    try:
+        results = grade_class(args.submissions, args.out, args.course, limits, args.workers, isolation=level)
+    except FileNotFoundError as missing:  # a submission or the course's notebooks: the message says which
+        print(f"error: {missing}", file=sys.stderr)
+        return 2
     print(f"graded {len(results)} submissions in {time.monotonic() - started:.0f} s: {Path(args.out) / 'grades.csv'}")
     return 0
 
