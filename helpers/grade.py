@@ -154,6 +154,11 @@ def _only_definitions(body) -> bool:
     return bool(body) and all(isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)) for n in body)
 
 
+def without_magics(source: str) -> str:
+    """IPython magics and shell lines (`%time`, `%%time`, `!pip ...`) commented out: the sandbox runs plain Python."""
+    return re.sub(r"^(\s*)([%!])", r"\1# \2", source, flags=re.M)
+
+
 def cells_to_run(cells, functions: list) -> list:
     """The code cells the sandbox runs, in notebook order: for each exercise function the last cell
     defining it, and every cell that only defines functions or classes or imports (the student's helpers)."""
@@ -161,7 +166,7 @@ def cells_to_run(cells, functions: list) -> list:
     for index, cell in enumerate(cells):
         if cell.get("cell_type") != "code":
             continue
-        source = _text(cell.get("source"))
+        source = without_magics(_text(cell.get("source")))
         try:
             body = ast.parse(source).body
             defined = {n.name for n in body if isinstance(n, ast.FunctionDef)}
@@ -290,10 +295,15 @@ def _error_status(error: str, cell_errors: list, limits) -> tuple:
     """(status, message) for an exception the student's function raised in the sandbox."""
     if error.startswith("NotImplementedError"):
         return "fail", "not done yet: the function still raises NotImplementedError"
+    if error.startswith("NotNumbers: "):  # a wrong answer (often a forgotten return), not a crash
+        return "fail", error[len("NotNumbers: "):]
     if error.startswith("NameError: no function") and cell_errors:
         return "error", f"{error}; the cell stopped with {cell_errors[0]}"
     if error.startswith("MemoryError"):
         return "error", f"{error}: more memory than the limit of {limits.memory_mb} MB"
+    if error.startswith("NameError: name"):
+        return "error", (f"{error}. The grader runs only the exercise cells (and cells that only define functions "
+                         "or import), with np and torch: import or define what the function needs in those cells")
     if error.startswith("BlockingIOError") and "Resource temporarily unavailable" in error:
         return "error", f"{error}: more processes than the limit of {limits.processes}"
     return "error", error

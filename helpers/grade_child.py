@@ -158,6 +158,10 @@ def _short_error(error: BaseException) -> str:
     return text + (f" ({where[-1].filename[1:-1]}, line {where[-1].lineno})" if where else "")
 
 
+class NotNumbers(TypeError):
+    """The student's function returned something that is not numbers (None, a string, an object)."""
+
+
 def to_arrays(value, numpy) -> dict:
     """A returned value -> {"": array} or, for a dict of numbers, {key: array}. Refuses other objects."""
     if isinstance(value, dict):
@@ -166,7 +170,7 @@ def to_arrays(value, numpy) -> dict:
         value = value.detach().cpu().numpy()
     array = numpy.asarray(value)
     if array.dtype == object or array.dtype.kind not in "biufc":
-        raise TypeError(f"returned {type(value).__name__}, not numbers (an array, a tensor or a float)")
+        raise NotNumbers(f"your function returned {type(value).__name__}, not numbers: return an array, a tensor or a float")
     return {"": array}
 
 

@@ -134,3 +134,16 @@ def test_the_command_line(tmp_path, capsys):
     assert grade.main([str(tmp_path / "dana.ipynb"), "--out", str(tmp_path / "out"), "--seconds", "30"]) == 0
     assert (tmp_path / "out" / "grades.csv").read_text().splitlines()[1] == "dana,03_cka,pass,1,1"
     assert "isolation: " in capsys.readouterr().out
+
+
+def test_cells_sent_to_the_sandbox():
+    """The last cell defining each exercise function, cells of definitions only (magics commented out), nothing else."""
+    code = nbformat.v4.new_code_cell
+    cells = [code("import numpy as np\nK = np.eye(3)"),                  # set-up with state: not run
+             code("def gram_linear(X):\n    return 0"),                  # an attempt, redefined below
+             code("%time\ndef helper(X):\n    return X @ X.T"),          # the student's helper, a magic
+             code("def gram_linear(X):\n    return helper(X)\nprint(gram_linear(K))"),
+             code("plot(gram_linear(K))")]                               # uses the function: not run
+    sent = grade.cells_to_run(cells, ["gram_linear"])
+    assert [c["index"] for c in sent] == [1, 2, 3]
+    assert sent[1]["source"].startswith("# %time\n")
