@@ -35,7 +35,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from helpers import grade_sandbox as sandbox
-from helpers.grade_cases import EXERCISES, SKIPPED, VALUE_EXERCISE, Case, Model
+from helpers.grade_cases import EXERCISES, SKIPPED, VALUE_EXERCISE, Model
 
 COURSE_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 MAX_NOTEBOOK_MB = 20
@@ -142,6 +142,8 @@ def read_notebook(path: Path):
         raise ValueError("unreadable: not UTF-8 text") from None
     except json.JSONDecodeError as error:
         raise ValueError(f"unreadable: not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})") from None
+    except RecursionError:
+        raise ValueError("unreadable: JSON nested too deeply") from None
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
         raise ValueError("unreadable: JSON, but not a Jupyter notebook (no list of cells)")
     try:
@@ -368,6 +370,8 @@ def grade_class(paths, out_dir, course_dir=COURSE_DIR, limits=None, workers: int
 
     isolation: "auto" (the strongest that works here, grade_sandbox.probe()) or a level to force."""
     limits = limits or sandbox.Limits()
+    if not 1 <= workers <= sandbox.MAX_WORKERS:
+        raise ValueError(f"workers must be between 1 and {sandbox.MAX_WORKERS}, got {workers}.")
     out_dir = Path(out_dir)
     course = course_notebooks(course_dir)
     submissions = find_submissions(paths)

@@ -5,8 +5,8 @@ Three levels, chosen once per grading run by `probe()`:
                        namespaces (`unshare`), the teacher's folders hidden, the code run as its own
                        unprivileged user id; plus the resource limits.
     "user-namespaces"  Linux, an ordinary user with unprivileged user namespaces: the same, but the
-                       code keeps the teacher's user id (mapped to root inside), so the process cap
-                       counts all of the teacher's processes.
+                       code keeps the teacher's user id (mapped to root inside, every capability
+                       dropped), so the process cap counts all of the teacher's processes.
     "process"          anything else (macOS, namespaces forbidden): own process group, own temporary
                        folder and the resource limits only. No network or file isolation.
 In every level: a wall-clock time limit that kills the whole process group, and RLIMIT_AS (memory),
@@ -21,7 +21,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,7 +29,16 @@ CHILD = Path(__file__).with_name("grade_child.py")
 LEVELS = {"namespaces": "no network, teacher's folders hidden, own user id, limits",
           "user-namespaces": "no network, teacher's folders hidden, limits",
           "process": "own process group and folder, limits only: no network or file isolation"}
-FIRST_UID = 61000  # sandbox user ids: FIRST_UID + worker slot (no such users exist on a normal machine)
+FIRST_UID = 61000  # sandbox user ids start here (no such users exist on a normal machine)
+MAX_WORKERS = 100
+
+
+def sandbox_uid(slot: int) -> int:
+    """The user id of worker `slot` in this grading process: its own per process, so that two graders
+    running at once never share (or kill) each other's sandboxes."""
+    if not 0 <= slot < MAX_WORKERS:
+        raise ValueError(f"worker slot {slot} out of range: use at most {MAX_WORKERS} workers.")
+    return FIRST_UID + (os.getpid() % 1000) * MAX_WORKERS + slot
 
 
 @dataclass
@@ -116,7 +124,7 @@ def run(job: dict, job_dir: Path, level: str, limits: Limits, hide: list, slot: 
     if level != "process":
         job.update(hide=hide, keep=kept_folders())
     if level == "namespaces":
-        job["uid"] = FIRST_UID + slot
+        job["uid"] = sandbox_uid(slot)
         os.chown(job_dir, job["uid"], job["uid"])
     (job_dir / "job.json").write_text(json.dumps(job), encoding="utf-8")
     command = [sys.executable, "-I", str(CHILD), str(job_dir)]

@@ -40,8 +40,7 @@ other_course,not a course notebook,,,,,0,0
 
 def sandbox_processes() -> list:
     """Pids of processes running as a sandbox user (there should be none once grading is over)."""
-    return [pid for uid in range(grade_sandbox.FIRST_UID, grade_sandbox.FIRST_UID + 8)
-            for pid in grade_sandbox.processes_of(uid)]
+    return [pid for slot in range(2) for pid in grade_sandbox.processes_of(grade_sandbox.sandbox_uid(slot))]
 
 
 @pytest.fixture
