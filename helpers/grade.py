@@ -456,7 +456,21 @@ def main(argv=None) -> int:
         print(f"error: {missing}", file=sys.stderr)
         return 2
     print(f"graded {len(results)} submissions in {time.monotonic() - started:.0f} s: {Path(args.out) / 'grades.csv'}")
+    print(summary(results))
     return 0
+
+
+def summary(results) -> str:
+    """One line per exercise column: how many students got each status; then the notebooks not graded."""
+    columns = sorted({c for r in results for c in r.grades}, key=lambda c: [int(n) for n in c.split()[0].split(".")])
+    lines = []
+    for column in columns:
+        counts = [(s, sum(r.grades.get(column) == s for r in results)) for s in ("pass", "fail", "error", "skipped")]
+        lines.append(f"  {column:<28} " + ", ".join(f"{n} {s}" for s, n in counts if n))
+    ungraded = [f"{r.student} ({r.notebook})" for r in results if not r.recognised]
+    if ungraded:
+        lines.append("  not graded: " + "; ".join(ungraded))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,8 @@ VALUE_EXERCISE = "asks for a value computed in the notebook, not a function"
 
 
 def _value(yours: dict, case: Case, name: str) -> np.ndarray:
+    if not yours:
+        raise AssertionError(f"{name} on '{case.label}': no answer came back from your function.")
     if "" not in yours:
         raise AssertionError(f"{name} on '{case.label}': returned a dict ({sorted(yours)}), expected an array or a number.")
     return yours[""]

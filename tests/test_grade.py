@@ -146,3 +146,10 @@ def test_cells_sent_to_the_sandbox():
     sent = grade.cells_to_run(cells, ["gram_linear"])
     assert [c["index"] for c in sent] == [1, 2, 3]
     assert sent[1]["source"].startswith("# %time\n")
+
+
+def test_summary_counts_each_exercise_in_course_order():
+    results = [grade.Result("a", "01", True, {"3.1 cka": "pass"}), grade.Result("b", "01", True, {"1.1 gram_linear": "fail"}),
+               grade.Result("c", "not a course notebook")]
+    assert grade.summary(results).splitlines() == ["  1.1 gram_linear              1 fail", "  3.1 cka                      1 pass",
+                                                   "  not graded: c (not a course notebook)"]
