@@ -165,7 +165,9 @@ class NotNumbers(TypeError):
 def to_arrays(value, numpy) -> dict:
     """A returned value -> {"": array} or, for a dict of numbers, {key: array}. Refuses other objects."""
     if isinstance(value, dict):
-        return {str(k): to_arrays(v, numpy)[""] for k, v in value.items()}
+        if not all(isinstance(k, str) and k.isidentifier() for k in value):
+            raise NotNumbers("your function returned a dict whose keys are not plain names")
+        return {k: to_arrays(v, numpy)[""] for k, v in value.items()}
     if hasattr(value, "detach"):  # a torch tensor
         value = value.detach().cpu().numpy()
     array = numpy.asarray(value)
@@ -200,6 +202,7 @@ def _time_limit(seconds: float):
 
 
 def run_job(job: dict, job_dir: str, progress: Progress) -> None:
+    """Run the cells, then every call; each step reported to `progress`, each answer saved in out/."""
     import numpy
 
     torch = None
