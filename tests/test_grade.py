@@ -1,0 +1,155 @@
+"""helpers.grade on a small class built from the real notebooks: solved, unsolved, partly solved, and
+every hostile case of issue 36, each contained, with every other grade unaffected (the exact grades.csv).
+
+The 30-submission run is benchmarks/bench_grade.py.
+"""
+
+import json
+import socket
+
+import grade_submissions as subs
+import nbformat
+import pytest
+
+from helpers import grade, grade_sandbox
+
+LIMITS = grade_sandbox.Limits(seconds=15, step_seconds=8, cpu_seconds=15, memory_mb=1000)
+TEST_HOSTILE = [k for k in subs.HOSTILE if k != "busy_loop"]  # busy_loop costs CPU: the benchmark has it
+
+pytestmark = pytest.mark.skipif(grade_sandbox.probe() == "process",
+                                reason="no Linux namespaces here: the file and network isolation cases cannot hold")
+
+EXPECTED = """\
+student,notebook,1.1 gram_linear,1.2 gram_rbf,4.1 hsic_unbiased,4.2 minibatch_cka,total,out_of
+solved,01_gram_matrices,pass,pass,,,2,2
+unsolved,01_gram_matrices,fail,fail,,,0,2
+partly_solved,04_minibatch_cka,,,pass,fail,1,2
+endless_loop,01_gram_matrices,error,error,,,0,2
+memory_bomb,01_gram_matrices,error,pass,,,1,2
+fork_bomb,01_gram_matrices,error,pass,,,1,2
+reads_other,01_gram_matrices,error,pass,,,1,2
+escapes_hiding,01_gram_matrices,error,pass,,,1,2
+writes_outside,01_gram_matrices,error,pass,,,1,2
+network,01_gram_matrices,error,pass,,,1,2
+patches_check,01_gram_matrices,fail,pass,,,1,2
+fake_print,01_gram_matrices,fail,pass,,,1,2
+corrupt,"unreadable: not valid JSON (Expecting ':' delimiter at line 1, column 26)",,,,,0,0
+other_course,not a course notebook,,,,,0,0
+"""
+
+
+def sandbox_processes() -> list:
+    """Pids of processes running as a sandbox user (there should be none once grading is over)."""
+    return [pid for slot in range(2) for pid in grade_sandbox.processes_of(grade_sandbox.sandbox_uid(slot))]
+
+
+@pytest.fixture
+def listener():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.setblocking(False)
+    yield server
+    server.close()
+
+
+def test_a_class_with_every_hostile_case(tmp_path, listener):
+    submissions = tmp_path / "class"
+    submissions.mkdir()
+    outside = tmp_path / "outside.txt"
+    port = listener.getsockname()[1]
+    write = lambda name, nb: nbformat.write(nb, submissions / f"{name}.ipynb")  # noqa: E731
+
+    write("solved", subs.solved("01_gram_matrices"))
+    write("unsolved", subs.unsolved("01_gram_matrices"))
+    write("partly_solved", subs.partly("04_minibatch_cka", "hsic_unbiased"))
+    for kind in TEST_HOSTILE:
+        write(kind, subs.hostile(kind, other=str(submissions / "solved.ipynb"), target=str(outside), port=port))
+    subs.corrupt(submissions / "corrupt.ipynb")
+    write("other_course", subs.other_course())
+
+    order = ["solved", "unsolved", "partly_solved", *TEST_HOSTILE, "corrupt", "other_course"]
+    paths = [submissions / f"{name}.ipynb" for name in order]
+    out = tmp_path / "grades"
+    results = grade.grade_class(paths, out, limits=LIMITS, workers=2, progress=False)
+
+    assert (out / "grades.csv").read_text() == EXPECTED
+    assert sorted(p.stem for p in (out / "feedback").iterdir()) == sorted(order)
+    assert not outside.exists(), "a submission wrote outside its folder"
+    with pytest.raises(BlockingIOError):  # nothing ever connected to the teacher's loopback
+        listener.accept()
+    assert sandbox_processes() == [], "processes of a sandbox outlived it (the fork bomb)"
+
+    messages = {r.student: r.messages for r in results}
+    assert "time limit" in messages["endless_loop"]["1.1 gram_linear"]
+    assert "MemoryError" in messages["memory_bomb"]["1.1 gram_linear"]
+    assert "BlockingIOError" in messages["fork_bomb"]["1.1 gram_linear"]
+    assert "No such file" in messages["reads_other"]["1.1 gram_linear"]
+    assert "Operation not permitted" in messages["escapes_hiding"]["1.1 gram_linear"]
+    assert "unreachable" in messages["network"]["1.1 gram_linear"]
+    assert "largest difference" in messages["fake_print"]["1.1 gram_linear"]
+    assert "NotImplementedError" in messages["unsolved"]["1.1 gram_linear"]
+    feedback = (out / "feedback" / "fake_print.md").read_text()
+    assert "| 1.1 gram_linear | fail |" in feedback and "✔" not in feedback
+
+
+def test_recognised_by_headings_not_file_name(tmp_path):
+    """A renamed notebook is still recognised; the notebook's exercises come from its solution cells."""
+    course = grade.course_notebooks()
+    assert grade.recognise(subs.unsolved("03_cka").cells, course).name == "03_cka"
+    by_name = {c.name: c for c in course}
+    assert [e.column for e in by_name["04_minibatch_cka"].exercises] == ["4.1 hsic_unbiased", "4.2 minibatch_cka"]
+    assert [e.column for e in by_name["08_local_and_global_attention"].exercises] == ["8.1 value", "8.2 head_distances"]
+    assert by_name["16_compare_your_models"].exercises == []
+
+
+def test_every_function_exercise_is_graded_or_skipped_with_a_reason():
+    from helpers.grade_cases import EXERCISES, SKIPPED
+
+    functions = {e.function for nb in grade.course_notebooks() for e in nb.exercises if e.function}
+    assert functions == set(EXERCISES) | set(SKIPPED)
+
+
+def test_answers_are_read_without_pickle(tmp_path):
+    """An object array planted by the student's code is not loaded (no pickle), so it counts as no answer."""
+    import numpy as np
+
+    (tmp_path / "out").mkdir()
+    np.save(tmp_path / "out" / "gram_linear.0.npy", np.array([{"evil": 1}], dtype=object), allow_pickle=True)
+    assert grade.read_answers(tmp_path, "gram_linear.0") == {}
+    json.dumps(grade.read_progress(tmp_path))  # no progress file: no events, no error
+
+
+def test_student_names_from_files_and_subfolders(tmp_path):
+    for relative in ["alice/01.ipynb", "bob/01.ipynb", "carol.ipynb", ".hidden.ipynb", "x/.ipynb_checkpoints/c.ipynb"]:
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text("{}")
+    names = [name for name, _ in grade.find_submissions([tmp_path, tmp_path / "carol.ipynb"])]
+    assert names == ["hidden", "alice_01", "bob_01", "carol", "carol_2"]
+
+
+def test_the_command_line(tmp_path, capsys):
+    nbformat.write(subs.solved("03_cka"), tmp_path / "dana.ipynb")
+    assert grade.main([str(tmp_path / "dana.ipynb"), "--out", str(tmp_path / "out"), "--seconds", "30"]) == 0
+    assert (tmp_path / "out" / "grades.csv").read_text().splitlines()[1] == "dana,03_cka,pass,1,1"
+    assert "isolation: " in capsys.readouterr().out
+
+
+def test_cells_sent_to_the_sandbox():
+    """The last cell defining each exercise function, cells of definitions only (magics commented out), nothing else."""
+    code = nbformat.v4.new_code_cell
+    cells = [code("import numpy as np\nK = np.eye(3)"),                  # set-up with state: not run
+             code("def gram_linear(X):\n    return 0"),                  # an attempt, redefined below
+             code("%time\ndef helper(X):\n    return X @ X.T"),          # the student's helper, a magic
+             code("def gram_linear(X):\n    return helper(X)\nprint(gram_linear(K))"),
+             code("plot(gram_linear(K))")]                               # uses the function: not run
+    sent = grade.cells_to_run(cells, ["gram_linear"])
+    assert [c["index"] for c in sent] == [1, 2, 3]
+    assert sent[1]["source"].startswith("# %time\n")
+
+
+def test_summary_counts_each_exercise_in_course_order():
+    results = [grade.Result("a", "01", True, {"3.1 cka": "pass"}), grade.Result("b", "01", True, {"1.1 gram_linear": "fail"}),
+               grade.Result("c", "not a course notebook")]
+    assert grade.summary(results).splitlines() == ["  1.1 gram_linear              1 fail", "  3.1 cka                      1 pass",
+                                                   "  not graded: c (not a course notebook)"]
