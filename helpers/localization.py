@@ -310,15 +310,16 @@ def localization_scores(maps, grid) -> dict:
     best_other = M.masked_fill(~others, float("-inf")).max(1).values if T > 1 else torch.full_like(own, float("nan"))
     kinds = position_kinds(grid)
     border = torch.as_tensor(kinds != "interior")
-    out = {"own": own.numpy(), "rank": (M > own[:, None]).sum(1).numpy(), "contrast": (own - mean_others).numpy(),
-           "margin": (own - best_other).numpy(), "ratio": (own / mean_others).numpy(), "kinds": kinds}
+    out = {"own": own.cpu().numpy(), "rank": (M > own[:, None]).sum(1).cpu().numpy(),
+           "contrast": (own - mean_others).cpu().numpy(), "margin": (own - best_other).cpu().numpy(),
+           "ratio": (own / mean_others).cpu().numpy(), "kinds": kinds}
     if border.all() or not border.any():
         out["border_preference"] = np.full(T, np.nan)
     else:
         other_border = others & border[None]
         out["border_preference"] = ((M * other_border).sum(1) / other_border.sum(1)
                                     - M[:, ~border].masked_fill(~others[:, ~border], 0).sum(1)
-                                    / (others[:, ~border]).sum(1)).numpy()
+                                    / (others[:, ~border]).sum(1)).cpu().numpy()
     return out
 
 

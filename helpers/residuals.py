@@ -199,7 +199,7 @@ def vit_norm_ratios(model, images) -> NormRatios:
             out[skipless] = np.nan
         return out
 
-    images_table = {b: {w: torch.cat(per_image[(b, w)]).numpy() for w in ("ratio", "cos")} for b in ("attn", "mlp")}
+    images_table = {b: {w: torch.cat(per_image[(b, w)]).cpu().numpy() for w in ("ratio", "cos")} for b in ("attn", "mlp")}
     for b in images_table.values():
         for values in b.values():
             values[:, skipless] = np.nan
@@ -264,4 +264,4 @@ def resnet_image_ratios(model, images) -> tuple:
         rec.remove()
     if not per_image:
         raise ValueError("No images were given.")
-    return blocks, torch.cat(per_image).numpy()
+    return blocks, torch.cat(per_image).cpu().numpy()
