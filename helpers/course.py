@@ -15,7 +15,6 @@ DATA_DIR = REPO_ROOT / "data"
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 # figures and arrays the notebooks save for reports (git-ignored); COURSE_OUTPUT_DIR puts them elsewhere
 OUTPUT_DIR = Path(os.environ.get("COURSE_OUTPUT_DIR") or REPO_ROOT / "outputs")
-REHEARSAL_ENV = "COURSE_REHEARSAL"  # set by the test that rehearses the full track with random weights
 
 
 def shown_path(path) -> str:
@@ -24,27 +23,6 @@ def shown_path(path) -> str:
         return str(Path(path).resolve().relative_to(REPO_ROOT))
     except ValueError:
         return str(path)
-
-
-def rehearsal() -> bool:
-    """True in a rehearsal of the full track with random weights (COURSE_REHEARSAL=1): its claims cannot hold."""
-    return os.environ.get(REHEARSAL_ENV, "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def claim(condition, statement: str) -> bool:
-    """Check a finding of the paper: raise AssertionError(statement) when `condition` is false.
-
-    In a rehearsal (COURSE_REHEARSAL=1: the full track's code run with random weights, which cannot
-    reproduce any finding) a failed claim is printed instead, so that the rest of the notebook runs.
-    Sanity checks of shapes and values are plain asserts and always raise. Returns bool(condition).
-    """
-    holds = bool(condition)
-    if not holds:
-        if rehearsal():
-            print(f"claim not met (rehearsal with random weights): {statement}")
-        else:
-            raise AssertionError(statement)
-    return holds
 
 
 def seed_everything(seed: int = 0) -> None:

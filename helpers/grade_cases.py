@@ -130,7 +130,7 @@ def _judge_record_output(case: Case, yours: dict) -> None:
     got = _value(yours, case, "record_output")
     if name == "0" and got.shape == tuple(expected.shape) and (got >= 0).all():
         raise AssertionError("The output of layer '0' has no negative values: the in-place ReLU overwrote it. Clone inside the hook.")
-    _compare(f"record_output('{name}')", got, expected.numpy(), case.label, atol=1e-6)
+    _compare(f"record_output('{name}')", got, expected.cpu().numpy(), case.label, atol=1e-6)
 
 
 def _judge_equal_brightness(case: Case, yours: dict) -> None:
@@ -196,7 +196,7 @@ def _head_cases(rng) -> list:
     for batch, heads, grid, prefix in ((2, 3, 4, 1), (1, 2, 3, 0)):
         tokens = prefix + grid * grid
         logits = 3 * rng.normal(size=(batch, heads, tokens, tokens))
-        attn = torch.softmax(torch.from_numpy(logits), dim=-1).numpy()
+        attn = torch.softmax(torch.from_numpy(logits), dim=-1).cpu().numpy()
         distances = _patch_distances(grid)
         cases.append(Case(f"{batch} image(s), {heads} heads, {grid}x{grid} patches, {'CLS' if prefix else 'no CLS'}",
                           (attn, distances, prefix)))
@@ -206,7 +206,7 @@ def _head_cases(rng) -> list:
 def _patch_distances(grid):
     from helpers.attention import patch_distances
 
-    return patch_distances(grid, 4).numpy()
+    return patch_distances(grid, 4).cpu().numpy()
 
 
 def _head_reference(attn, distances, prefix):
@@ -214,7 +214,7 @@ def _head_reference(attn, distances, prefix):
 
     from helpers.attention import mean_attention_distance
 
-    return mean_attention_distance(torch.from_numpy(attn), 4, prefix).numpy()
+    return mean_attention_distance(torch.from_numpy(attn), 4, prefix).cpu().numpy()
 
 
 def _gram_without_cases(rng) -> list:
@@ -231,7 +231,7 @@ def _gram_without_reference(gram, covariate):
 
     from helpers.compare import gram_without
 
-    return gram_without(torch.from_numpy(gram), torch.from_numpy(covariate)).numpy()
+    return gram_without(torch.from_numpy(gram), torch.from_numpy(covariate)).cpu().numpy()
 
 
 def _localization_rank(maps):

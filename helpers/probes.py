@@ -125,7 +125,7 @@ def ridge_probe(train_X, train_y, val_X, val_y, test_X, test_y, lambdas=LAMBDAS,
     test = test_correct.double().mean(1)
     picked = {"test_accuracy": test.gather(1, choice[:, None])[:, 0], "val_accuracy": val.gather(1, choice[:, None])[:, 0],
               "lambda": lambdas[choice]}
-    return {k: (v[0] if single else v).numpy() for k, v in picked.items()}
+    return {k: (v[0] if single else v).cpu().numpy() for k, v in picked.items()}
 
 
 def ridge_probe_correct(train_X, train_y, val_X, val_y, test_X, test_y, lambdas=LAMBDAS, num_classes: int | None = None) -> dict:
@@ -139,7 +139,7 @@ def ridge_probe_correct(train_X, train_y, val_X, val_y, test_X, test_y, lambdas=
     single, _, test_correct, lambdas, choice = _ridge_fit(train_X, train_y, val_X, val_y, test_X, test_y, lambdas, num_classes,
                                                          every_lambda=False)
     picked = {"correct": test_correct, "lambda": lambdas[choice]}
-    return {k: (v[0] if single else v).numpy() for k, v in picked.items()}
+    return {k: (v[0] if single else v).cpu().numpy() for k, v in picked.items()}
 
 
 def few_shot_split(labels, shots: int | None, val_per_class: int, seed: int) -> tuple:

@@ -42,10 +42,16 @@ copy with the full column under outputs/.
 
 
 def _cell(verdict) -> str:
+    """**verdict**, what the effect is, its numbers, and the note (a table cell: no '|' inside)."""
     if verdict is None:
         return "not yet run"
-    words = f"**{verdict.words()}**"
-    return f"{words}: {verdict.numbers()}".replace("|", "·")
+    parts = [f"**{verdict.words()}**"]
+    if verdict.measure:
+        parts.append(f"effect = {verdict.measure}")
+    parts.append(verdict.numbers())
+    if verdict.note and verdict.noise:  # a not-measured verdict already shows its note as its numbers
+        parts.append(verdict.note)
+    return "; ".join(parts).replace("|", "·")
 
 
 def table(lite: dict, full: dict) -> str:

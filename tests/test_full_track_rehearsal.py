@@ -7,7 +7,7 @@ are real photographs in Imagenette's folder layout, read by torchvision's Imagen
 preprocessed by each model's own transform at its evaluation size. Each notebook runs from a
 copy (the repository's files are never written) with
 
-    COURSE_TRACK=full  COURSE_DEVICE=cpu  COURSE_MAX_IMAGES=4 (8 for 07, 2 for 10, 16 for 13 and 14, 40 for 16)  COURSE_REHEARSAL=1
+    COURSE_TRACK=full  COURSE_DEVICE=cpu  COURSE_MAX_IMAGES=4 (8 for 07, 2 for 10, 16 for 13 and 14, 40 for 16)
     COURSE_OUTPUT_DIR, COURSE_DOWNLOAD_DIR, HF_HOME, HF_HUB_CACHE -> temporary folders
 
 All twelve run in ONE kernel, one after the other, each in a fresh namespace (tests/shared_kernel.py):
@@ -17,8 +17,10 @@ Cells that only open an interactive widget (widgets.interact) are not run: the c
 draws the same figure by calling the same function, and nbclient waited forever on one of them
 (05, cell 20) here, with the kernel idle, while the machine was busy.
 
-Random weights cannot reproduce the paper, so helpers.course.claim prints the claims that are not
-met instead of raising; every other assertion (shapes, values, sanity checks) still raises.
+Random weights cannot reproduce the paper: each findings notebook (06-15) judges its claims with
+helpers.verdicts, prints the verdicts and saves them (COURSE_OUTPUT_DIR/verdicts/full/NN.json); no
+claim stops a notebook. The test checks that every claim of the notebook got a saved verdict and
+prints how many of each. Every assertion of shapes and values still raises.
 
 Stand-ins (to stay within the suite's time budget on 2 CPU cores): notebook 05 runs the full
 track's own ViT-B/16 and ResNet-50; in 06-16 a smaller model of the same family, under a real
@@ -40,6 +42,7 @@ that only stand-ins run here.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -52,7 +55,7 @@ NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 FINDINGS = sorted(p.stem for p in NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb") if 5 <= int(p.stem[:2]) <= 16)
 # images per notebook: 4 (the fewest unbiased HSIC takes); 07 needs both classes in its label CKA; 13 and 14
 # split theirs into a probe pool and a
-# test set; 10 backpropagates once per layer (and per sampled channel), so its cost grows with each image
+# test set; 10 backpropagates once per layer (and once per channel for two layers, skipped below 8 images), so its cost grows with each image
 MAX_IMAGES = {"06": 16, "07": 16, "10": 2, "13": 16, "14": 16, "16": 40}  # 06, 07: four subsamples of 4 for their
 # reference intervals; 16: two subsamples of 20 for its intervals
 DEFAULT_MAX_IMAGES = 4
@@ -70,33 +73,16 @@ STAND_INS = ({f"{n:02d}": SMALL | SMALLER_CNN for n in range(6, 17)}
              | {"05": AS_THEMSELVES_IN_05, "16": SMALL | SMALLER_CNN | SMALLER_EFFICIENTNET})
 
 
-def _remapped(value, stand_ins: dict):
-    """TRACK_MODELS['full'] (or one of its values) with every name replaced by its stand-in."""
-    if isinstance(value, dict):
-        return {k: _remapped(v, stand_ins) for k, v in value.items()}
-    return stand_ins.get(value, value)
-
-
-def _names(value) -> list:
-    """Every model name in a TRACK_MODELS value; None (a role this track has no model for) gives none."""
-    if isinstance(value, dict):
-        return [n for v in value.values() for n in _names(v)]
-    return [] if value is None else [value]
-
-
 def full_track_names() -> list:
     """Every timm name the full track loads with pretrained weights (TRACK_MODELS['full']), as it stands."""
-    from helpers.models import TRACK_MODELS
+    from helpers.models import model_names
 
-    return list(dict.fromkeys(n for k, v in TRACK_MODELS["full"].items() if k != "images" for n in _names(v)))
+    return model_names("full")
 
 
 def rehearsed_names() -> list:
     """The names the rehearsal loads: each notebook's stand-ins for the full-track names."""
-    from helpers.models import TRACK_MODELS
-
-    full = {k: v for k, v in TRACK_MODELS["full"].items() if k != "images"}
-    return list(dict.fromkeys(n for s in STAND_INS.values() for n in _names(_remapped(full, s))))
+    return list(dict.fromkeys(s.get(n, n) for s in STAND_INS.values() for n in full_track_names()))
 
 
 def test_every_full_track_name_is_a_hub_model():
@@ -116,7 +102,8 @@ def kernel(tmp_path_factory):
     root = tmp_path_factory.mktemp("full_track")
     rehearsal.hub_cache(root / "hf" / "hub", rehearsed_names())
     rehearsal.imagenette_folder(root / "downloads", per_class=20)
-    env = {"COURSE_TRACK": "full", "COURSE_DEVICE": "cpu", "COURSE_REHEARSAL": "1", "HF_HUB_OFFLINE": "1",
+    # COURSE_REHEARSAL_DEVICE=cuda runs it on a GPU (benchmarks/gpu_check.py); the test suite runs it on the CPU
+    env = {"COURSE_TRACK": "full", "COURSE_DEVICE": os.environ.get("COURSE_REHEARSAL_DEVICE", "cpu"), "HF_HUB_OFFLINE": "1",
            "HF_HOME": str(root / "hf"), "HF_HUB_CACHE": str(root / "hf" / "hub"),
            "COURSE_DOWNLOAD_DIR": str(root / "downloads"), "COURSE_OUTPUT_DIR": str(root / "unused")}
     with shared_kernel(root, env) as km:
@@ -165,7 +152,8 @@ course._rehearsal_counts.clear()
 def run_notebook(path: Path, kernel: dict, outputs: Path) -> dict:
     """Execute a copy of the notebook at `path` cell by cell in the shared kernel.
 
-    Returns {'seconds': {cell index: s}, 'claims_not_met': [lines]}. A failing cell fails the test
+    Returns {'seconds': {cell index: s}, 'counts': images through each model, 'skipped': widget cells}.
+    A failing cell fails the test
     with the notebook's name and the cell's index in the repository's notebook.
     """
     import nbformat
@@ -196,9 +184,25 @@ def run_notebook(path: Path, kernel: dict, outputs: Path) -> dict:
         finally:
             client.kc.stop_channels()
     counts = [line[7:] for line in nb.cells[-1].outputs[0].get("text", "").splitlines() if line.startswith("COUNTS ")]
-    claims = [line for c in nb.cells for o in c.get("outputs", []) for line in o.get("text", "").splitlines()
-              if line.startswith("claim not met")]
-    return {"seconds": seconds, "claims_not_met": claims, "counts": counts[0] if counts else "{}", "skipped": skipped}
+    return {"seconds": seconds, "counts": counts[0] if counts else "{}", "skipped": skipped}
+
+
+def saved_verdicts(number: str, outputs: Path) -> str:
+    """The full-track verdicts a findings notebook saved, counted by kind ('' for 05 and 16, which judge no claim)."""
+    import collections
+
+    from helpers.claims import claims_of
+    from helpers.verdicts import load
+
+    claims = claims_of(number)
+    if not claims:
+        return ""
+    saved = load("full", root=outputs / "verdicts")
+    missing = sorted(set(claims) - set(saved))
+    assert not missing, f"notebook {number} saved no full-track verdict for {missing}"
+    kinds = collections.Counter("holds in k of n" if saved[c].verdict.startswith("holds in") else saved[c].verdict
+                                for c in claims)
+    return "verdicts: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + "; "
 
 
 @pytest.mark.parametrize("name", FINDINGS)
@@ -210,10 +214,11 @@ def test_full_track_rehearsal(name, kernel, tmp_path):
     before = listing()
     outputs = tmp_path / "outputs"
     result = run_notebook(NOTEBOOKS_DIR / f"{name}.ipynb", kernel, outputs)
+    judged = saved_verdicts(name[:2], outputs)
     seconds = result["seconds"]
     slowest = sorted(seconds.items(), key=lambda kv: -kv[1])[:3]
     print(f"\n{name}: {sum(seconds.values()):.1f} s (set-up {seconds[-1]:.1f} s); slowest cells "
-          + ", ".join(f"{k}: {v:.1f} s" for k, v in slowest) + f"; {len(result['claims_not_met'])} claim(s) not met; widget cells not run: {result['skipped']}; "
+          + ", ".join(f"{k}: {v:.1f} s" for k, v in slowest) + f"; {judged}widget cells not run: {result['skipped']}; "
           f"images through: {result['counts']}")
     assert listing() == before, f"{name} wrote into the repository's outputs/ during the rehearsal"
     assert any(p.is_file() for p in outputs.rglob("*")), f"{name}: nothing saved under COURSE_OUTPUT_DIR"
