@@ -190,15 +190,8 @@ def few_shot_accuracy(pool_X, pool_y, test_X, test_y, shots: int | None = 10, re
     each repeat draws `shots` per class to fit and `val_per_class` others to choose lambda.
     test_X, test_y: held-out images. Returns (repeats,) or (repeats, T) accuracies in [0, 1].
     """
-    pool_y = np.asarray(pool_y)
-    if len(pool_y) != (pool_X.shape[0]):
-        raise ValueError(f"pool_X has {pool_X.shape[0]} rows but pool_y {len(pool_y)} labels.")
-    results = []
-    for r in range(repeats):
-        train, val = few_shot_split(pool_y, shots, val_per_class, seed + r)
-        results.append(ridge_probe(pool_X[train], pool_y[train], pool_X[val], pool_y[val], test_X, test_y,
-                                   lambdas, num_classes=int(max(pool_y.max(), np.max(test_y))) + 1)["test_accuracy"])
-    return np.stack(results)
+    return _over_draws(ridge_probe, "test_accuracy", pool_X, pool_y, test_X, test_y, shots, repeats, val_per_class,
+                       lambdas, seed)
 
 
 def few_shot_correct(pool_X, pool_y, test_X, test_y, shots: int | None = 10, repeats: int = 5,
@@ -209,12 +202,19 @@ def few_shot_correct(pool_X, pool_y, test_X, test_y, shots: int | None = 10, rep
     so few_shot_correct(...).mean(-1) equals few_shot_accuracy(...). Keeping each test image's
     outcome lets an accuracy be re-read on a subsample of the test images: `correct[..., idx].mean(-1)`.
     """
+    return _over_draws(ridge_probe_correct, "correct", pool_X, pool_y, test_X, test_y, shots, repeats, val_per_class,
+                       lambdas, seed)
+
+
+def _over_draws(probe, key: str, pool_X, pool_y, test_X, test_y, shots, repeats, val_per_class, lambdas, seed):
+    """probe(...)[key] for each of `repeats` draws of the shots (seeds seed, seed + 1, ...), stacked."""
     pool_y = np.asarray(pool_y)
     if len(pool_y) != (pool_X.shape[0]):
         raise ValueError(f"pool_X has {pool_X.shape[0]} rows but pool_y {len(pool_y)} labels.")
+    num_classes = int(max(pool_y.max(), np.max(test_y))) + 1
     results = []
     for r in range(repeats):
         train, val = few_shot_split(pool_y, shots, val_per_class, seed + r)
-        results.append(ridge_probe_correct(pool_X[train], pool_y[train], pool_X[val], pool_y[val], test_X, test_y,
-                                           lambdas, num_classes=int(max(pool_y.max(), np.max(test_y))) + 1)["correct"])
+        results.append(probe(pool_X[train], pool_y[train], pool_X[val], pool_y[val], test_X, test_y, lambdas,
+                             num_classes=num_classes)[key])
     return np.stack(results)
