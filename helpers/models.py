@@ -171,9 +171,9 @@ def choose_track(verbose: bool = True) -> str:
         track, why = wanted, f"forced by {TRACK_ENV}={wanted}"
     elif missing and not hub_reachable():
         cached = len(model_names("full")) - len(missing)
-        track, why = "lite", ("the hub is unreachable and " + ("no pretrained weights are cached" if not cached else
-                              f"only {cached} of the {cached + len(missing)} full-track models are cached "
-                              f"(missing: {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})"))
+        track, why = "lite", ("no pretrained weights cached and the hub is unreachable" if not cached else
+                              f"the hub is unreachable and only {cached} of the {cached + len(missing)} full-track "
+                              f"models are cached (missing: {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})")
     elif pick_device().type != "cuda":
         track, why = "lite", ("pretrained weights can be had, but there is no GPU: the full track pushes thousands of "
                               "224-px images through ViT-B/16 and ResNet-50 several times per notebook, hours on a CPU "
