@@ -39,7 +39,13 @@ Mutual k-nearest neighbours (Huh et al. 2024, "The Platonic representation hypot
     translation (cosine is measured from the origin). It reads only local structure: the rank of
     the nearest few, not how far anything is.
 
+All four read a representation only through its Gram matrix K = X Xᵀ (inner products of the
+examples: distances, cosines and centred Grams all follow from it), so a layer of any width can be
+kept as one (n, n) matrix. `prepare_gram(K)` computes each measure's ingredients once per layer and
+`similarity_matrices` compares every pair of layers without recomputing them.
+
     procrustes_distance(X, Y); angular_shape_distance(X, Y); rsa(X, Y); mutual_knn(X, Y, k=10)
+    similarity_matrices([prepare_gram(K) for K in grams])  # {measure: (L, L)}
 """
 
 from __future__ import annotations
@@ -202,3 +208,76 @@ def similarities(X, Y, k: int = 10) -> dict:
 
     return {"linear CKA": linear_cka(X, Y), "Procrustes": procrustes_similarity(X, Y), "RSA": rsa(X, Y),
             "mutual k-NN": mutual_knn(X, Y, k)}
+
+
+# --------------------------------------------------------------------------- many layers at once, from Grams
+
+
+def prepare_gram(K, k: int = 10) -> dict:
+    """Each measure's ingredients from one representation's (n, n) Gram matrix K = X Xᵀ (uncentred).
+
+    'cka': the U-centred Gram (unbiased HSIC, as the course's CKA); 'procrustes': the square root of
+    the centred Gram scaled to trace 1 (its product with another's has the nuclear norm ||X̃ᵀỸ||_*);
+    'rsa': the centred, unit-length ranks of the Euclidean distances (upper triangle); 'knn': the
+    (n, n) 0/1 matrix of each example's k cosine neighbours.
+    """
+    from helpers.cka import center_gram
+
+    if isinstance(K, torch.Tensor):
+        K = K.detach().cpu().numpy()
+    K = np.asarray(K, dtype=np.float64)
+    if K.ndim != 2 or K.shape[0] != K.shape[1]:
+        raise ValueError(f"K must be a square (n, n) Gram matrix, got shape {K.shape}. For features use X @ X.T.")
+    if not np.isfinite(K).all():
+        raise ValueError("K contains NaN or inf values. Check the features it was made from.")
+    n = len(K)
+    if n < k + 2:
+        raise ValueError(f"K has {n} examples; mutual k-NN with k = {k} needs at least {k + 2}. Use more examples or a smaller k.")
+    centred = np.asarray(center_gram(K))
+    trace = np.trace(centred)
+    if trace <= 0:
+        raise ValueError("the representation is the same for every example (zero variance after centering).")
+    values, vectors = np.linalg.eigh(centred / trace)
+    root = (vectors * np.sqrt(np.clip(values, 0, None))) @ vectors.T
+    diagonal = np.diag(K)
+    upper = np.triu_indices(n, k=1)
+    distances = np.sqrt(np.clip(diagonal[:, None] + diagonal[None, :] - 2 * K, 0, None))[upper]
+    r = ranks(distances)
+    r = r - r.mean()
+    if (diagonal <= 0).any():
+        raise ValueError(f"{int((diagonal <= 0).sum())} example(s) are the zero vector: cosine neighbours are undefined.")
+    cosine = K / np.sqrt(diagonal[:, None] * diagonal[None, :])
+    np.fill_diagonal(cosine, -np.inf)
+    neighbours = np.zeros((n, n), dtype=bool)
+    np.put_along_axis(neighbours, np.argsort(-cosine, axis=1, kind="stable")[:, :k], True, axis=1)
+    unbiased = np.asarray(center_gram(K, unbiased=True))
+    return {"cka": unbiased / np.linalg.norm(unbiased), "procrustes": root, "rsa": r / np.linalg.norm(r),
+            "knn": neighbours, "k": k}
+
+
+def compare_prepared(a: dict, b: dict) -> dict:
+    """The four similarities of two prepared representations of the same examples: {name in MEASURES: float}."""
+    if a["knn"].shape != b["knn"].shape or a["k"] != b["k"]:
+        raise ValueError("the two representations were prepared on different numbers of examples or with different k.")
+    nuclear = np.linalg.svd(a["procrustes"] @ b["procrustes"], compute_uv=False).sum()
+    return {"linear CKA": float((a["cka"] * b["cka"]).sum()), "Procrustes": float(min(nuclear, 1.0)),
+            "RSA": float(a["rsa"] @ b["rsa"]), "mutual k-NN": float((a["knn"] & b["knn"]).sum() / (len(a["knn"]) * a["k"]))}
+
+
+def similarity_matrices(prepared_a: list, prepared_b: list | None = None) -> dict:
+    """Every pair of layers under every measure: lists of prepare_gram outputs -> {name: (La, Lb) array}.
+
+    With prepared_b None, the layers of one model against themselves (symmetric, only half computed).
+    """
+    same = prepared_b is None
+    prepared_b = prepared_a if same else prepared_b
+    out = {name: np.zeros((len(prepared_a), len(prepared_b))) for name in MEASURES}
+    for i, a in enumerate(prepared_a):
+        for j, b in enumerate(prepared_b):
+            if same and j < i:
+                for name in MEASURES:
+                    out[name][i, j] = out[name][j, i]
+                continue
+            for name, value in compare_prepared(a, b).items():
+                out[name][i, j] = value
+    return out

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from helpers.cka import linear_cka
+from helpers.measures import compare_prepared, prepare_gram, similarity_matrices
 from helpers.measures import (angular_shape_distance, mutual_knn, procrustes_distance, procrustes_similarity, ranks,
                               rdm, rsa, similarities, spearman)
 
@@ -155,3 +156,23 @@ def test_other_bad_inputs_say_what_to_do():
         mutual_knn(X, X, k=0)
     with pytest.raises(TypeError):
         rsa("X", X)
+
+
+def test_prepared_grams_give_the_same_numbers_as_the_features():
+    Y = X @ A + RNG.normal(size=X.shape)
+    got = compare_prepared(prepare_gram(X @ X.T, k=5), prepare_gram(Y @ Y.T, k=5))
+    assert got["Procrustes"] == pytest.approx(procrustes_similarity(X, Y), abs=1e-9)
+    assert got["RSA"] == pytest.approx(rsa(X, Y), abs=1e-9)
+    assert got["mutual k-NN"] == pytest.approx(mutual_knn(X, Y, k=5))
+    assert got["linear CKA"] == pytest.approx(linear_cka(X, Y, debiased=True), abs=1e-9)
+    matrices = similarity_matrices([prepare_gram(Z @ Z.T, k=5) for Z in (X, Y, X @ Q)])
+    for name, values in matrices.items():
+        assert values.shape == (3, 3) and np.allclose(values, values.T), name
+        assert values[0, 2] == pytest.approx(1) and values[0, 1] == pytest.approx(got[name]), name
+
+
+def test_prepare_gram_refuses_bad_grams():
+    with pytest.raises(ValueError, match="square"):
+        prepare_gram(X)
+    with pytest.raises(ValueError, match="at least 12"):
+        prepare_gram(np.eye(11), k=10)
