@@ -173,3 +173,24 @@ def check_equal_brightness(fn):
         if inside.any() and np.ptp(shift[inside]) > 1:
             raise AssertionError(f"{case}: the picture changed by different amounts in different places; add one shift to every value.")
     print("✔ equal_brightness moves every picture to mean 127.5 by one shift, clipped to 0-255.")
+
+
+def check_procrustes_similarity(fn):
+    """fn(X, Y) -> the nuclear norm of X̃ᵀỸ (column-centred, unit Frobenius norm): the orthogonal Procrustes similarity."""
+    from helpers.measures import procrustes_similarity
+
+    rng = np.random.default_rng(17)
+    X = rng.normal(size=(30, 6)) * np.linspace(2, 0.5, 6)
+    rotation, _ = np.linalg.qr(rng.normal(size=(6, 6)))
+    cases = {"30 examples, 6 vs 4 features": (X, rng.normal(size=(30, 4)) + X[:, :4]),
+             "30 examples, 6 vs 9 features": (X, np.hstack([X, rng.normal(size=(30, 3))])),
+             "a shifted, scaled copy": (X, 3 * X + 5)}
+    for case, (A, B) in cases.items():
+        got = fn(A, B)
+        if got is None:
+            raise AssertionError("your function returned None: return the similarity, a number.")
+        _compare("procrustes_similarity", np.float64(got), np.float64(procrustes_similarity(A, B)), case, atol=1e-8)
+    if abs(float(fn(X, X @ rotation)) - 1) > 1e-8:
+        raise AssertionError("a rotated copy of X should give 1: did you take the nuclear norm (sum of singular values), "
+                             "not the trace of X̃ᵀỸ?")
+    print("✔ procrustes_similarity matches helpers.measures, also for different widths, and a rotation leaves it at 1.")

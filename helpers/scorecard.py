@@ -12,6 +12,7 @@ say) gets the full column in their own copy:
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from helpers.course import DATA_DIR, OUTPUT_DIR, REPO_ROOT, shown_path
 from helpers.verdicts import load
 
 COMMITTED = DATA_DIR / "verdicts"        # data/verdicts/TRACK/NN.json, committed
+OTHER_MEASURES = "other_measures"         # data/verdicts/other_measures/17_survival_TRACK.json (notebook 17)
 RESULTS = REPO_ROOT / "RESULTS.md"
 
 HEADER = """# Results: which of the paper's claims this course reproduces
@@ -81,10 +83,38 @@ def lines(lite: dict, full: dict) -> str:
     return "\n".join(out)
 
 
-def render(lite: dict, full: dict) -> str:
-    """The whole RESULTS.md text."""
+def other_measures(record: dict | None) -> str:
+    """The optional "Other measures" section: notebook 17's survival table (claim x measure), or "" without one.
+
+    record: the JSON notebook 17 writes (outputs/other_measures/17_survival_TRACK.json): "rows", one per claim,
+    {"claim": ..., column: verdict words, ...}, and "verdicts", one per claim and measure, with their numbers.
+    """
+    if not record:
+        return ""
+    columns = list(record["rows"][0])
+    lines = ["", "## Other measures (notebook 17)", "",
+             f"Does a conclusion depend on CKA? Notebook 17 recomputes claims with three other measures "
+             f"(orthogonal Procrustes, RSA, mutual k-nearest neighbours; helpers/measures.py) and judges each by the "
+             f"same rule, on the {record['track']} track: block outputs, one batch of {record['images']} images, "
+             f"intervals over {record['subsamples']} image subsamples. These are not the claims' verdicts (the table "
+             "above has those); they say whether each verdict survives a change of measure.", "",
+             "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(row[c] for c in columns) + " |" for row in record["rows"]]
+    lines.append("")
+    lines += [f"- {v['claim']}, {v['measure']}: **{v['verdict']}**; {v['numbers']}".replace("|", "·") for v in record["verdicts"]]
+    return "\n".join(lines) + "\n"
+
+
+def committed_other_measures(track: str = "lite") -> dict | None:
+    """Notebook 17's committed survival table of a track, or None."""
+    path = COMMITTED / OTHER_MEASURES / f"17_survival_{track}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def render(lite: dict, full: dict, other: dict | None = None) -> str:
+    """The whole RESULTS.md text (with notebook 17's "Other measures" section when `other` is given)."""
     summary = f"Lite track: {counts(lite)}.\n\nFull track: " + (counts(full) if full else "not yet run") + ".\n"
-    return HEADER + "\n" + summary + "\n" + table(lite, full)
+    return HEADER + "\n" + summary + "\n" + table(lite, full) + other_measures(other)
 
 
 def committed(track: str) -> dict:
@@ -106,13 +136,17 @@ def main(argv=None) -> None:
         target.mkdir(parents=True, exist_ok=True)
         for f in files:
             shutil.copyfile(f, target / f.name)
-        RESULTS.write_text(render(committed("lite"), committed("full")))
+        survival = OUTPUT_DIR / OTHER_MEASURES / f"17_survival_{args.commit}.json"  # notebook 17's, when it ran
+        if survival.is_file():
+            (COMMITTED / OTHER_MEASURES).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(survival, COMMITTED / OTHER_MEASURES / survival.name)
+        RESULTS.write_text(render(committed("lite"), committed("full"), committed_other_measures("lite")))
         print(f"copied {len(files)} verdict files to {shown_path(target)}; wrote {shown_path(RESULTS)}")
         return
     full = load("full")  # the learner's own full-track run, under outputs/verdicts/full
     out = OUTPUT_DIR / "RESULTS.md"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(committed("lite"), full or committed("full")))
+    out.write_text(render(committed("lite"), full or committed("full"), committed_other_measures("lite")))
     print(f"wrote {shown_path(out)}: lite verdicts from data/verdicts/lite, full verdicts from "
           + (shown_path(OUTPUT_DIR / "verdicts" / "full") if full else "nowhere yet (run notebooks 06-15 on the full track)"))
 

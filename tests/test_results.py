@@ -34,7 +34,7 @@ def test_every_claim_has_a_committed_lite_verdict():
 
 
 def test_results_md_is_generated_from_the_committed_verdicts():
-    expected = scorecard.render(scorecard.committed("lite"), scorecard.committed("full"))
+    expected = scorecard.render(scorecard.committed("lite"), scorecard.committed("full"), scorecard.committed_other_measures("lite"))
     assert (REPO_ROOT / "RESULTS.md").read_text() == expected, \
         "RESULTS.md is stale: run `python -m helpers.scorecard --commit lite` after re-running notebooks 06-15"
 
@@ -66,3 +66,14 @@ def test_no_notebook_stops_on_a_claim_or_speaks_to_maintainers(path):
     text = "".join("".join(c["source"]) + _checked_output(c) for c in json.loads(path.read_text())["cells"])
     assert "course.claim(" not in text, f"{path.name} still stops on an unmet claim (course.claim): judge it with helpers.verdicts"
     assert "update the text" not in text.lower(), f"{path.name} speaks to maintainers ('update the text')"
+
+
+def test_notebook_17_prints_the_committed_survival_table():
+    record = scorecard.committed_other_measures("lite")
+    assert record is not None, "data/verdicts/other_measures/17_survival_lite.json is missing: run notebook 17, then --commit lite"
+    cells = [c for c in _notebook("17")["cells"] if c["cell_type"] == "code" and "# NBVAL_CHECK_OUTPUT" in "".join(c["source"])]
+    assert len(cells) == 1, "notebook 17 has one checked cell that prints the survival table"
+    columns = list(record["rows"][0])
+    expected = " | ".join(columns) + "\n" + "".join(" | ".join(row[c] for c in columns) + "\n" for row in record["rows"])
+    assert _checked_output(cells[0]) == expected, "notebook 17's survival table differs from the committed one"
+    assert "## Other measures (notebook 17)" in (REPO_ROOT / "RESULTS.md").read_text()
