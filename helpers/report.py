@@ -52,6 +52,37 @@ REFERENCES = [
 ]
 
 
+# The estimator's unbiased HSIC, and each model family the report may compare: cited when a compared model is one.
+HSIC_REFERENCE = ("Song, L., Smola, A., Gretton, A., Bedo, J., & Borgwardt, K. (2012). Feature Selection via Dependence "
+                  "Maximization. JMLR 13, 1393-1434 (the unbiased HSIC estimator).")
+FAMILY_REFERENCES = {
+    "VisionTransformer": "Dosovitskiy, A., et al. (2021). An Image is Worth 16x16 Words: Transformers for Image Recognition "
+                         "at Scale. ICLR. arXiv:2010.11929.",
+    "deit": "Touvron, H., et al. (2021). Training data-efficient image transformers & distillation through attention. ICML. "
+            "arXiv:2012.12877.",
+    "ResNet": "He, K., Zhang, X., Ren, S., & Sun, J. (2016). Deep Residual Learning for Image Recognition. CVPR. "
+              "arXiv:1512.03385.",
+    "EfficientNet": "Tan, M., & Le, Q. V. (2019). EfficientNet: Rethinking Model Scaling for Convolutional Neural Networks. "
+                    "ICML. arXiv:1905.11946.",
+    "ConvNeXt": "Liu, Z., Mao, H., Wu, C.-Y., Feichtenhofer, C., Darrell, T., & Xie, S. (2022). A ConvNet for the 2020s. "
+                "CVPR. arXiv:2201.03545.",
+    "SwinTransformer": "Liu, Z., et al. (2021). Swin Transformer: Hierarchical Vision Transformer using Shifted Windows. "
+                       "ICCV. arXiv:2103.14030.",
+    "MlpMixer": "Tolstikhin, I., et al. (2021). MLP-Mixer: An all-MLP Architecture for Vision. NeurIPS. arXiv:2105.01601.",
+}
+
+
+def references(results: dict, settings) -> list:
+    """REFERENCES, the unbiased-HSIC paper, and the paper of each compared model's family."""
+    out = REFERENCES + [HSIC_REFERENCE]
+    for w in ("a", "b"):
+        family = results["model_classes"][w]
+        key = "deit" if getattr(settings, f"model_{w}").startswith("deit") else family
+        if key in FAMILY_REFERENCES and FAMILY_REFERENCES[key] not in out:
+            out.append(FAMILY_REFERENCES[key])
+    return out
+
+
 class ReportError(ValueError):
     """Bad input to the report: the message says what to do."""
 
@@ -902,9 +933,14 @@ def methods_text(results: dict, settings: Settings) -> str:
             f"checked on synthetic data (tests/test_intervals.py). Raghu et al. (2021) averaged 20 repeats.")
     else:
         paragraph += " No intervals were computed (--repeats 0)."
+    paragraph += (" An image-statistics audit gives, for each recorded layer under both readings, its CKA with each "
+                  "image's mean brightness and with its per-channel colour means (pixel values with the model's "
+                  "normalisation undone), and the share of its variance along the top principal component (per "
+                  "minibatch, averaged); layers whose CKA with these statistics is at least their CKA with the labels "
+                  "are flagged in the summary.")
     paragraph += (f" Software: Python {v['python']}, PyTorch {v['torch']}, timm {v['timm']}, NumPy {v['numpy']}, "
                   f"Matplotlib {v['matplotlib']}, course helpers at commit {v['course_commit']}.")
-    refs = "\n".join(f"- {r}" for r in REFERENCES)
+    refs = "\n".join(f"- {r}" for r in references(results, settings))
     return (f"# Methods\n\n{paragraph}\n\nReproduce with:\n\n```\n{command_line(settings)}\n```\n\n"
             f"Every setting is in settings.json.\n\n## References\n\n{refs}\n")
 
@@ -955,19 +991,25 @@ def write_bundle(results: dict, settings: Settings) -> list:
         written += write_matrix_tables(part, out / "tables")
     for name, columns in curves(results).items():
         written += write_curve_tables(name, columns, out / "tables")
+    names = []
     for name, fig in figures(results, settings).items():
         written += _save(fig, name, out / "figures")
+        names.append(name)
         plt.close(fig)
     (out / "settings.json").write_text(json.dumps(settings_record(results, settings), indent=2, default=str))
     (out / "METHODS.md").write_text(methods_text(results, settings))
     from helpers.report_controls import readings_table
+    from helpers.report_pages import captions_markdown, overview_html
 
-    summary = "\n".join(f"- {line}" for line in summary_sentences(results, settings))
+    lines = summary_sentences(results, settings)
+    summary = "\n".join(f"- {line}" for line in lines)
     table = readings_table(results["parts"], results["has_labels"], settings.model_a, settings.model_b, settings.level)
     (out / "SUMMARY.md").write_text(f"# Summary: {settings.model_a} vs {settings.model_b}\n\n{summary}\n\n"
                                     f"## Both readings beside their untrained twins\n\nValues ± half-widths of "
                                     f"{settings.level:.0%} intervals from the disjoint subsamples.\n\n{table}\n")
-    return written + [out / "settings.json", out / "METHODS.md", out / "SUMMARY.md"]
+    (out / "CAPTIONS.md").write_text(captions_markdown(results, settings, names))
+    (out / "overview.html").write_text(overview_html(results, settings, lines, table, names))
+    return written + [out / name for name in ("settings.json", "METHODS.md", "SUMMARY.md", "CAPTIONS.md", "overview.html")]
 
 
 def run(settings: Settings, progress: bool = True) -> dict:
@@ -995,7 +1037,7 @@ def main(argv=None) -> int:
         if "recomputed" in line:
             print(f"Note: {line}")
     print(f"Wrote {len(results['files'])} files to {settings.out} in {results['seconds']} s "
-          "(figures/, tables/, settings.json, METHODS.md, SUMMARY.md).")
+          "(overview.html, figures/, tables/, settings.json, METHODS.md, SUMMARY.md, CAPTIONS.md).")
     print((Path(settings.out) / "SUMMARY.md").read_text())
     return 0
 

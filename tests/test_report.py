@@ -45,8 +45,12 @@ def test_bundle_has_every_file(bundle):
                  "labels_a_head", "labels_b_head", "twin_cross", "twin_cross_head", "twin_labels_a", "twin_labels_a_head",
                  "twin_labels_b", "twin_labels_b_head"):
         assert (bundle / "tables" / f"{name}.csv").exists() and (bundle / "tables" / f"{name}.npz").exists()
-    for name in ("settings.json", "METHODS.md", "SUMMARY.md"):
+    for name in ("settings.json", "METHODS.md", "SUMMARY.md", "CAPTIONS.md", "overview.html"):
         assert (bundle / name).stat().st_size > 0
+    captions = (bundle / "CAPTIONS.md").read_text()
+    for name in ("cross", "cross_head", "label_cka", "matched_depth"):
+        assert f"**figures/{name}**" in captions and f'src="figures/{name}.png"' in (bundle / "overview.html").read_text()
+    assert "2048 images" in captions and "classifier reading (A: cls, B: mean)" in captions
 
 
 def _csv(path):
@@ -79,7 +83,8 @@ def test_matched_depth_is_the_argmax_of_the_cross_matrix(bundle):
 def test_methods_and_settings_name_models_images_and_references(bundle):
     text = (bundle / "METHODS.md").read_text()
     for needle in ("lite-vit", "lite-efficientnet", "2048 images", "minibatch of 256 images", "20 disjoint random subsamples of 102 images",
-                   "subsample estimator", "Raghu", "Kornblith", "Nguyen", "PyTorch", "timm"):
+                   "subsample estimator", "Raghu", "Kornblith", "Nguyen", "PyTorch", "timm", "Song, L.", "Dosovitskiy", "Tan, M.",
+                   "classifier reading", "untrained twin", "image-statistics audit"):
         assert needle in text, needle
     settings = json.loads((bundle / "settings.json").read_text())
     assert settings["settings"]["count"] is None and settings["n_images"] == 2048
@@ -273,3 +278,23 @@ def test_own_fine_tuned_checkpoint_and_a_reference_go_through_the_report(tmp_pat
     assert "reference spread" in summary and "the reference checkpoints give the run-to-run spread" in summary
     with np.load(out / "tables" / "ref_cross_head.npz") as f:
         assert f"| {f['values'][:, -1].max():.3f}" in summary
+
+
+def test_image_statistics_audit_is_in_the_bundle(bundle):
+    """Each model and reading gets an audit line; the table's number is the written matrix's; the brightness the audit
+    uses is the raw images' (the model's normalisation undone)."""
+    from helpers import models
+    from helpers.data import image_set, subset
+    from helpers.report_audit import image_statistics
+
+    text = (bundle / "SUMMARY.md").read_text()
+    for name in ("lite-vit", "lite-efficientnet"):
+        for reading in ("classifier reading", "all tokens"):
+            assert f"Image-statistics audit of {name} ({reading}," in text
+    with np.load(bundle / "tables" / "stats_a.npz") as f:
+        assert f["values"].shape[1] == 2 and f"| all tokens | {f['values'][-1].max():.3f}" in text
+    images = subset(image_set("shapes"), range(16))
+    stats = image_statistics(images, models.load("lite-vit", device="cpu"), batch_size=8).numpy()
+    raw = images.tensor.double().numpy() / 255
+    assert np.allclose(stats[:, 1:], raw.mean((2, 3)), atol=1e-5)
+    assert np.allclose(stats[:, 0], raw.mean((1, 2, 3)), atol=1e-5)
