@@ -787,9 +787,10 @@ def summary_sentences(results: dict, settings: Settings) -> list:
     judgements = rc.judged(parts, results["has_labels"], settings.level)
     last = {"a": parts["cross"].full.rows[-1], "b": parts["cross"].full.cols[-1]}
     s += rc.sentences(judgements, A, B, last)
-    from helpers.report_audit import flags
+    from helpers.report_audit import flags, last_layer_flag
 
-    s += flags(parts, results["has_labels"], {"a": A, "b": B}, results["readings"])
+    flag = last_layer_flag(parts, results["has_labels"], {"a": A, "b": B}, results["readings"])
+    s += ([flag] if flag else []) + flags(parts, results["has_labels"], {"a": A, "b": B}, results["readings"])
     if results["has_labels"]:
         for w, name in (("a", A), ("b", B)):
             for r in rc.READINGS:

@@ -107,3 +107,26 @@ def flags(parts: dict, has_labels: bool, names: dict, readings: dict) -> list:
                          " At every layer the class labels match it better than these statistics do.")
             out.append(text)
     return out
+
+
+def last_layer_flag(parts: dict, has_labels: bool, names: dict, readings: dict) -> str | None:
+    """A sentence flagging the comparisons above when, under some reading, a compared last layer matches an image
+    statistic at least as well as it matches the class labels (None when none does, or without labels)."""
+    from helpers.report_controls import READING_WORDS, READINGS, suffix
+
+    if not has_labels:
+        return None
+    found = []
+    for r in READINGS:
+        for w in ("a", "b"):
+            audit, labels = parts.get(f"stats_{w}{suffix(r)}"), parts.get(f"labels_{w}{suffix(r)}")
+            if audit is None or labels is None:
+                continue
+            stat, label = float(audit.full.values[-1].max()), float(labels.full.values[-1, 0])
+            if stat >= label:
+                found.append(f"under the {READING_WORDS[r]} ({readings[w][r]}), the last layer of {names[w]} matches "
+                             f"the images' brightness or colour (CKA {stat:.2f}) at least as well as the labels ({label:.2f})")
+    if not found:
+        return None
+    return ("AUDIT FLAG for the comparisons above: " + "; ".join(found) + ". What that reading shows about this layer "
+            "may be an image statistic rather than what the model learned; rely on the other reading for it.")
