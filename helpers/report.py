@@ -167,7 +167,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--layers-{w}", default=d.layers_a,
                        help=f"layers of model {w.upper()}: preset 'blocks' (each block's output) or 'sublayers' (finer: "
                             "attention and MLP of a ViT, stem and blocks of a CNN), or module names / glob patterns "
-                            "separated by commas, e.g. 'blocks.*.attn,blocks.*.mlp'")
+                            "separated by commas, e.g. 'blocks.*.attn,blocks.*.mlp'. What 'blocks' takes: ViT and Mixer "
+                            "blocks.i; ResNet layerS.J (each residual block); EfficientNet every MBConv block blocks.S.J "
+                            "(the first block of a stage changes resolution or width and has no skip), leaving out "
+                            "conv_stem and conv_head (the 1x1 convolution that widens to the features the classifier pools, 1280 channels in EfficientNet-B0: "
+                            "add it by name, e.g. 'blocks.4.1,conv_head'); ConvNeXt "
+                            "and ResNetV2 stages.S.blocks.J. Other architectures (Swin among them) have no preset: the "
+                            "error lists module names to give instead")
         p.add_argument(f"--policy-{w}", default=d.policy_a, choices=["all", "cls", "spatial", "mean"],
                        help=f"token policy of model {w.upper()}: 'all' tokens (or positions) flattened, 'cls' the class "
                             "token only, 'spatial' patch tokens only, 'mean' the average over tokens or positions")
