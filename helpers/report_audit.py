@@ -112,7 +112,7 @@ def flags(parts: dict, has_labels: bool, names: dict, readings: dict) -> list:
 def last_layer_flag(parts: dict, has_labels: bool, names: dict, readings: dict) -> str | None:
     """A sentence flagging the comparisons above when, under some reading, a compared last layer matches an image
     statistic at least as well as it matches the class labels (None when none does, or without labels)."""
-    from helpers.report_controls import READING_WORDS, READINGS, suffix
+    from helpers.report_controls import READINGS, suffix
 
     if not has_labels:
         return None
@@ -124,7 +124,7 @@ def last_layer_flag(parts: dict, has_labels: bool, names: dict, readings: dict) 
                 continue
             stat, label = float(audit.full.values[-1].max()), float(labels.full.values[-1, 0])
             if stat >= label:
-                found.append(f"under the {READING_WORDS[r]} ({readings[w][r]}), the last layer of {names[w]} matches "
+                found.append(f"under {'the classifier reading' if r == 'head' else 'all tokens'} ({readings[w][r]}), the last layer of {names[w]} matches "
                              f"the images' brightness or colour (CKA {stat:.2f}) at least as well as the labels ({label:.2f})")
     if not found:
         return None

@@ -295,7 +295,7 @@ def test_image_statistics_audit_is_in_the_bundle(bundle):
         assert f["values"].shape[1] == 2 and f"| all tokens | {f['values'][-1].max():.3f}" in text
     with np.load(bundle / "tables" / "stats_a.npz") as stats, np.load(bundle / "tables" / "labels_a.npz") as labels:
         flagged = stats["values"][-1].max() >= labels["values"][-1, 0]  # lite-vit's last block, all tokens
-    assert ("AUDIT FLAG for the comparisons above: under the all tokens (all), the last layer of lite-vit" in text) == flagged
+    assert ("AUDIT FLAG for the comparisons above: under all tokens (all), the last layer of lite-vit" in text) == flagged
     images = subset(image_set("shapes"), range(16))
     stats = image_statistics(images, models.load("lite-vit", device="cpu"), batch_size=8).numpy()
     raw = images.tensor.double().numpy() / 255
