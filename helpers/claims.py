@@ -87,3 +87,16 @@ CLAIMS = {
 def claims_of(notebook: str) -> list:
     """The claim numbers judged in `notebook` ('06'), in order."""
     return [c for c, claim in CLAIMS.items() if claim.notebook == notebook]
+
+
+# The comparisons helpers.report writes about a student's own two models (notebook 16). They are not claims of
+# the paper (the scorecard and RESULTS.md list only CLAIMS), but each is judged by the same rule (helpers.verdicts).
+REPORT_CLAIMS = {
+    "R1": Claim("16", "label_cka", "The last recorded layers of the two models hold different amounts of class "
+                                   "information (CKA with the class labels); the effect is oriented so that it is positive "
+                                   "for the order the classifier reading shows."),
+    "R2": Claim("16", "matched_depth", "The last recorded layer of model B has a counterpart in model A (its best-matching "
+                                       "layer of A, cross-model CKA)."),
+    "R3": Claim("16", "matched_depth", "Matched depth follows depth: deeper layers of model B best match deeper layers of "
+                                       "model A (correlation of the two depths)."),
+}

@@ -276,7 +276,56 @@ def _warn_new_head(name: str, kwargs: dict) -> None:
                       "outputs mean nothing until you train it. Leave num_classes out to keep the trained head.")
 
 
+def _tensor_shapes(path: Path) -> dict:
+    """{key: shape} of the tensors in a weights file (safetensors, or a state dict read with weights_only=True).
+
+    Unwraps {'state_dict': ...} / {'model': ...} and a 'module.' prefix, as timm's loader does. {} when unreadable
+    (the loader then reports the file itself).
+    """
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors import safe_open
+
+            with safe_open(str(path), "pt") as f:
+                return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception:  # noqa: BLE001 - unreadable: timm's loader gives the message
+        return {}
+    for key in ("state_dict_ema", "model_ema", "state_dict", "model"):
+        if isinstance(state, dict) and isinstance(state.get(key), dict):
+            state = state[key]
+            break
+    if not isinstance(state, dict):
+        return {}
+    return {k.removeprefix("module."): tuple(v.shape) for k, v in state.items() if isinstance(v, torch.Tensor)}
+
+
+def file_head_classes(name: str, path) -> int | None:
+    """How many classes the classifier head stored in weights file `path` has (None: the file holds no head).
+
+    The head is the module timm's pretrained config names for architecture `name` ('fc' for a ResNet, 'head'
+    for a ViT, 'classifier' for an EfficientNet, 'head.fc' for ConvNeXt and Swin).
+    """
+    from timm.models import get_pretrained_cfg
+
+    cfg = get_pretrained_cfg(name.split(".")[0]) or get_pretrained_cfg(name)
+    heads = cfg.classifier if cfg is not None and cfg.classifier else ("head", "fc", "classifier", "head.fc")
+    shapes = _tensor_shapes(Path(path))
+    for head in ([heads] if isinstance(heads, str) else list(heads)):
+        shape = shapes.get(f"{head}.weight")
+        if shape:
+            return int(shape[0])
+    return None
+
+
 def _from_file(name: str, path: Path, **kwargs) -> torch.nn.Module:
+    """timm model `name` with the weights of a local file, its own classifier head kept.
+
+    timm drops a file's head whenever num_classes differs from the *published* checkpoint's (1,000 for
+    ImageNet), so a fine-tuned 10-class head would be replaced by a random one. We read the head's size
+    from the file and tell timm that the file has that many classes: the trained head is loaded. Asking for
+    another num_classes than the file's head is an error, never a silent new head.
+    """
     import timm
 
     if not path.is_file():
@@ -285,9 +334,20 @@ def _from_file(name: str, path: Path, **kwargs) -> torch.nn.Module:
     if saved is not None and saved.split(".")[0] != name.split(".")[0]:
         raise ValueError(f"The weights file {path} says it holds '{saved}', not '{name}': load it as load('{saved}', "
                          f"weights=...) or give the file that belongs to '{name}'.")
+    overlay = dict(file=str(path))
+    classes = file_head_classes(name, path)
+    if classes is not None:
+        wanted = kwargs.get("num_classes")
+        if wanted is not None and wanted != classes:
+            raise ValueError(f"The weights file {path} holds a trained classifier head with {classes} classes, but "
+                             f"num_classes={wanted} was asked for. Leave num_classes out (or give num_classes={classes}) "
+                             "to keep the trained head; to train a new head, load the file first and replace the head "
+                             "yourself (model.reset_classifier(n)).")
+        kwargs["num_classes"] = classes
+        overlay["num_classes"] = classes  # timm keeps the file's head only when this matches num_classes
     # timm reads the file exactly as a hub download (safetensors, or torch.load with weights_only=True)
     try:
-        model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=dict(file=str(path)), **kwargs)
+        model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=overlay, **kwargs)
     except TypeError:
         raise  # an unknown keyword argument for this architecture: timm's message names it
     except Exception as error:  # noqa: BLE001 - whatever the file holds, the learner gets one clear message

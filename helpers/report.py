@@ -2,12 +2,17 @@
 
     python -m helpers.report                                   # lite-vit vs lite-efficientnet on 'shapes', offline
     python -m helpers.report vit_base_patch16_224.augreg_in1k resnet50.tv_in1k --images path/to/folder --out outputs/mine
+    python -m helpers.report resnet18 lite-vit --weights-a my_finetune.safetensors   # your own checkpoint
 
 What it computes (all with helpers.compare, streamed in minibatches): the CKA matrix within each
 model, the cross-model matrix A x B, matched depth (for each layer of B, the layer of A with the
 highest CKA), CKA with the class labels (when the images have labels), mean attention distances
 (for a model with attention), each CKA value with an interval from disjoint subsamples
 (helpers.intervals), and a summary whose every sentence is computed from the numbers written.
+Cross-model and label CKA are computed under two readings (each model's classifier reading and all
+tokens) and on the untrained twins (the floor); the comparisons are judged by helpers.verdicts in
+helpers.report_controls, which writes a comparative sentence only when both readings agree.
+--weights-a/-b load your own checkpoints (head kept), --reference-a/-b add a second checkpoint.
 
 What it writes into --out: figures/ (PNG, PDF, SVG), tables/ (CSV and NPZ of every matrix and
 curve), settings.json, METHODS.md, SUMMARY.md; cache/ holds each finished part, so a rerun with
@@ -47,6 +52,37 @@ REFERENCES = [
 ]
 
 
+# The estimator's unbiased HSIC, and each model family the report may compare: cited when a compared model is one.
+HSIC_REFERENCE = ("Song, L., Smola, A., Gretton, A., Bedo, J., & Borgwardt, K. (2012). Feature Selection via Dependence "
+                  "Maximization. JMLR 13, 1393-1434 (the unbiased HSIC estimator).")
+FAMILY_REFERENCES = {
+    "VisionTransformer": "Dosovitskiy, A., et al. (2021). An Image is Worth 16x16 Words: Transformers for Image Recognition "
+                         "at Scale. ICLR. arXiv:2010.11929.",
+    "deit": "Touvron, H., et al. (2021). Training data-efficient image transformers & distillation through attention. ICML. "
+            "arXiv:2012.12877.",
+    "ResNet": "He, K., Zhang, X., Ren, S., & Sun, J. (2016). Deep Residual Learning for Image Recognition. CVPR. "
+              "arXiv:1512.03385.",
+    "EfficientNet": "Tan, M., & Le, Q. V. (2019). EfficientNet: Rethinking Model Scaling for Convolutional Neural Networks. "
+                    "ICML. arXiv:1905.11946.",
+    "ConvNeXt": "Liu, Z., Mao, H., Wu, C.-Y., Feichtenhofer, C., Darrell, T., & Xie, S. (2022). A ConvNet for the 2020s. "
+                "CVPR. arXiv:2201.03545.",
+    "SwinTransformer": "Liu, Z., et al. (2021). Swin Transformer: Hierarchical Vision Transformer using Shifted Windows. "
+                       "ICCV. arXiv:2103.14030.",
+    "MlpMixer": "Tolstikhin, I., et al. (2021). MLP-Mixer: An all-MLP Architecture for Vision. NeurIPS. arXiv:2105.01601.",
+}
+
+
+def references(results: dict, settings) -> list:
+    """REFERENCES, the unbiased-HSIC paper, and the paper of each compared model's family."""
+    out = REFERENCES + [HSIC_REFERENCE]
+    for w in ("a", "b"):
+        family = results["model_classes"][w]
+        key = "deit" if getattr(settings, f"model_{w}").startswith("deit") else family
+        if key in FAMILY_REFERENCES and FAMILY_REFERENCES[key] not in out:
+            out.append(FAMILY_REFERENCES[key])
+    return out
+
+
 class ReportError(ValueError):
     """Bad input to the report: the message says what to do."""
 
@@ -73,12 +109,32 @@ class Settings:
     attention_count: int = 256
     seed: int = 0
     threads: int = 0
+    weights_a: str | None = None    # a local weights file for model A (safetensors or state dict), or None
+    weights_b: str | None = None
+    reference_a: str | None = None  # a second checkpoint of A's architecture (file), the run-to-run spread
+    reference_b: str | None = None
     out: str = str(OUTPUT_DIR / "report")
 
     def fingerprint(self) -> str:
-        """A hash of everything that changes the numbers (not --out): cached parts must match it."""
+        """A hash of everything that changes the numbers (not --out): cached parts must match it.
+        Weight files count by their content (SHA-256), so a retrained file with the same name is recomputed."""
         numbers = {k: v for k, v in asdict(self).items() if k not in ("out", "attention", "threads")}
+        for key in ("weights_a", "weights_b", "reference_a", "reference_b"):
+            if numbers[key]:
+                numbers[key] = file_sha256(numbers[key])
         return hashlib.sha256(json.dumps(numbers, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def file_sha256(path) -> str:
+    """The SHA-256 of a file ('missing' when there is none: loading it then says so)."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return "missing"
+    return digest.hexdigest()
 
 
 def layers_arg(text: str):
@@ -95,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m helpers.report",
         description="Compare two models with CKA on the same images and write figures, tables, settings, a methods "
                     "paragraph and a summary into --out. With no model names: lite-vit against lite-efficientnet on "
-                    "the generated 'shapes' images (offline, under a minute on 2 CPU cores).",
+                    "the generated 'shapes' images (offline, about 1.5 minutes on 2 CPU cores).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("model_a", nargs="?", default=d.model_a,
                    help="model A (matrix rows): a lite zoo name (lite-vit, lite-resnet, ...) or a timm name "
@@ -111,7 +167,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--layers-{w}", default=d.layers_a,
                        help=f"layers of model {w.upper()}: preset 'blocks' (each block's output) or 'sublayers' (finer: "
                             "attention and MLP of a ViT, stem and blocks of a CNN), or module names / glob patterns "
-                            "separated by commas, e.g. 'blocks.*.attn,blocks.*.mlp'")
+                            "separated by commas, e.g. 'blocks.*.attn,blocks.*.mlp'. What 'blocks' takes: ViT and Mixer "
+                            "blocks.i; ResNet layerS.J (each residual block); EfficientNet every MBConv block blocks.S.J "
+                            "(the first block of a stage changes resolution or width and has no skip), leaving out "
+                            "conv_stem and conv_head (the 1x1 convolution that widens to the features the classifier pools, 1280 channels in EfficientNet-B0: "
+                            "add it by name, e.g. 'blocks.4.1,conv_head'); ConvNeXt "
+                            "and ResNetV2 stages.S.blocks.J. Other architectures (Swin among them) have no preset: the "
+                            "error lists module names to give instead")
         p.add_argument(f"--policy-{w}", default=d.policy_a, choices=["all", "cls", "spatial", "mean"],
                        help=f"token policy of model {w.upper()}: 'all' tokens (or positions) flattened, 'cls' the class "
                             "token only, 'spatial' patch tokens only, 'mean' the average over tokens or positions")
@@ -126,7 +188,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "or 'both' (an error for a model without attention), or 'none'")
     p.add_argument("--attention-count", type=int, default=d.attention_count,
                    help="images used for the attention distances (the first ones of the set)")
-    p.add_argument("--seed", type=int, default=d.seed, help="seed of the random subsamples")
+    for w in ("a", "b"):
+        p.add_argument(f"--weights-{w}", default=None,
+                       help=f"a local weights file for model {w.upper()} (safetensors, or a state dict saved with torch.save): "
+                            "your own fine-tuned checkpoint of the timm architecture named by model_{w}; its classifier "
+                            "head is kept. METHODS.md names the file and its SHA-256")
+        p.add_argument(f"--reference-{w}", default=None,
+                       help=f"a second checkpoint of model {w.upper()}'s architecture (another seed or fine-tune, a local "
+                            "file): the run-to-run spread every sentence is judged against, beside the image intervals")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of the random subsamples and of the untrained twins")
     p.add_argument("--threads", type=int, default=d.threads,
                    help="CPU threads for torch; 0 (auto) uses 1 thread for two lite models on the CPU (tiny models run "
                         "faster on one thread, many times faster on a busy machine) and torch's default otherwise")
@@ -149,10 +219,11 @@ def settings_from_args(argv=None) -> Settings:
 # --------------------------------------------------------------------------- inputs
 
 
-def load_model(name: str, which: str):
-    """A model by name (helpers.models.load, which suggests close names on a typo); errors name the argument."""
+def load_model(name: str, which: str, weights=None):
+    """A model by name (helpers.models.load, which suggests close names on a typo), with the weights of a local
+    file when given (its classifier head kept); errors name the argument."""
     try:
-        return models.load(name)
+        return models.load(name) if weights is None else models.load(name, weights=weights)
     except (ValueError, FileNotFoundError, TypeError, models.WeightsUnavailableError) as error:
         raise ReportError(f"Model {which} ('{name}'): {error}") from None
 
@@ -195,7 +266,7 @@ def load_inputs(settings: Settings):
         raise ReportError(f"--batch-size {settings.batch_size}: give at least 4 images per batch (128-256 are typical).")
     if not 0 < settings.level < 1:
         raise ReportError(f"--level {settings.level}: give a coverage between 0 and 1, e.g. 0.9.")
-    model_a, model_b = load_model(settings.model_a, "A"), load_model(settings.model_b, "B")
+    model_a, model_b = load_model(settings.model_a, "A", settings.weights_a), load_model(settings.model_b, "B", settings.weights_b)
     plan = attention_plan(settings, model_a, model_b)
     images = load_images(settings)
     if settings.repeats and len(images) // settings.repeats < 20:
@@ -253,19 +324,47 @@ def cached(path: Path, fingerprint: str, compute, log):
     return result
 
 
-def _jobs(settings: Settings, model_a, model_b, images):
-    """[(part name, function(ImageSet) -> CKAMatrix)] for everything the report computes with CKA."""
+def control_models(settings: Settings, model_a, model_b) -> dict:
+    """{'twin': (A's untrained twin, B's), 'ref': (reference of A or A, reference of B or B)}; 'ref' only when a
+    --reference is given. The twins share the architecture and are seeded by --seed."""
+    from helpers.report_controls import untrained_twin
+
+    out = {"twin": (untrained_twin(settings.model_a, model_a, settings.seed),
+                    untrained_twin(settings.model_b, model_b, settings.seed + 1))}
+    if settings.reference_a or settings.reference_b:
+        out["ref"] = (load_model(settings.model_a, "A (--reference-a)", settings.reference_a) if settings.reference_a else model_a,
+                      load_model(settings.model_b, "B (--reference-b)", settings.reference_b) if settings.reference_b else model_b)
+    return out
+
+
+def _jobs(settings: Settings, model_a, model_b, images, controls: dict | None = None):
+    """[(part name, function(ImageSet) -> CKAMatrix)] for everything the report computes with CKA.
+
+    Cross-model and label CKA under both readings (suffix '_head': the classifier reading; none: --policy, all
+    tokens by default), for the trained models, their untrained twins ('twin_') and the references ('ref_').
+    """
     from helpers.compare import cka_matrix, label_cka
+    from helpers.report_controls import classifier_policy
 
     s, la, lb = settings, layers_arg(settings.layers_a), layers_arg(settings.layers_b)
     common = dict(batch_size=s.batch_size, progress=False)
     jobs = [("within_a", lambda im: cka_matrix(model_a, im, la, policy_a=s.policy_a, **common)),
-            ("within_b", lambda im: cka_matrix(model_b, im, lb, policy_a=s.policy_b, **common)),
-            ("cross", lambda im: cka_matrix(model_a, im, la, model_b=model_b, layers_b=lb,
-                                            policy_a=s.policy_a, policy_b=s.policy_b, **common))]
-    if images.labels is not None:
-        jobs += [("labels_a", lambda im: label_cka(model_a, im, la, policy=s.policy_a, **common)),
-                 ("labels_b", lambda im: label_cka(model_b, im, lb, policy=s.policy_b, **common))]
+            ("within_b", lambda im: cka_matrix(model_b, im, lb, policy_a=s.policy_b, **common))]
+    from helpers.report_audit import statistics_cka
+
+    sets = [("", model_a, model_b)] + [(f"{k}_", ma, mb) for k, (ma, mb) in (controls or {}).items()]
+    for w, m, layers in (("a", model_a, la), ("b", model_b, lb)):  # the image-statistics audit (helpers.report_audit)
+        for x, policy in (("", getattr(s, f"policy_{w}")), ("_head", classifier_policy(m))):
+            jobs.append((f"stats_{w}{x}", lambda im, m=m, layers=layers, policy=policy: statistics_cka(
+                m, im, layers, policy=policy, batch_size=s.batch_size)))
+    for prefix, ma, mb in sets:
+        readings = {"": (s.policy_a, s.policy_b), "_head": (classifier_policy(ma), classifier_policy(mb))}
+        for x, (pa, pb) in readings.items():
+            jobs.append((f"{prefix}cross{x}", lambda im, ma=ma, mb=mb, pa=pa, pb=pb: cka_matrix(
+                ma, im, la, model_b=mb, layers_b=lb, policy_a=pa, policy_b=pb, **common)))
+            if images.labels is not None:
+                jobs += [(f"{prefix}labels_a{x}", lambda im, ma=ma, pa=pa: label_cka(ma, im, la, policy=pa, **common)),
+                         (f"{prefix}labels_b{x}", lambda im, mb=mb, pb=pb: label_cka(mb, im, lb, policy=pb, **common))]
     return jobs
 
 
@@ -306,10 +405,16 @@ def _compute(settings: Settings, model_a, model_b, images, plan: dict, progress:
     """
     from tqdm.auto import tqdm
 
+    from helpers.report_controls import classifier_policy
+
     cache = Path(settings.out) / "cache"
     fp, log = settings.fingerprint(), []
     parts_idx = intervals.disjoint_subsamples(len(images), settings.repeats, settings.seed) if settings.repeats else []
-    jobs = _jobs(settings, model_a, model_b, images)
+    try:
+        controls = control_models(settings, model_a, model_b)
+    except (ValueError, TypeError, RuntimeError) as error:
+        raise ReportError(f"The untrained twins or references could not be built: {error}") from None
+    jobs = _jobs(settings, model_a, model_b, images, controls)
     # image set outermost, so that each model runs once per image set: the jobs after its first reuse its
     # Grams (helpers.gram_cache), which are kept for the same ImageSet object only
     image_sets = [images] + [subset(images, part) for part in parts_idx]
@@ -332,6 +437,8 @@ def _compute(settings: Settings, model_a, model_b, images, plan: dict, progress:
             "images_name": images.name,
             "has_labels": images.labels is not None, "plan": plan,
             "attention_exists": {"a": has_attention(model_a), "b": has_attention(model_b)},
+            "readings": {w: {"head": classifier_policy(m), "tokens": getattr(settings, f"policy_{w}")}
+                         for w, m in (("a", model_a), ("b", model_b))},
             "model_classes": {"a": type(model_a).__name__, "b": type(model_b).__name__}}
 
 
@@ -523,13 +630,26 @@ def matched_depth_figure(results: dict, settings: Settings):
     m = matched_depth(results["parts"]["cross"])
     x = np.arange(len(m["b_layer"]))
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(FIGURE_WIDTH_IN, 3.6), sharex=True)
-    top.plot(x, m["a_index"], "o-", color="#0072B2", ms=3)
+    top.plot(x, m["a_index"], "o-", color="#0072B2", ms=3, label="all tokens")
+    if "cross_head" in results["parts"]:
+        top.plot(x, results["parts"]["cross_head"].full.values.argmax(axis=0), "s-", color="#009E73", ms=3,
+                 label="classifier reading")
+        top.legend(fontsize=6, frameon=False)
     rows = results["parts"]["cross"].full.rows
     top.set_yticks(range(len(rows)))
     top.set_yticklabels(rows, fontsize=6)
     top.set(ylabel=f"best layer of A\n({settings.model_a})", title="Matched depth", ylim=(-0.5, len(rows) - 0.5))
     errors = np.abs(np.stack([m["cka"] - m["ci_low"], m["ci_high"] - m["cka"]]))
-    bottom.errorbar(x, m["cka"], yerr=None if np.isnan(errors).all() else errors, fmt="o-", color="#D55E00", ms=3, capsize=2)
+    bottom.errorbar(x, m["cka"], yerr=None if np.isnan(errors).all() else errors, fmt="o-", color="#D55E00", ms=3, capsize=2,
+                    label="all tokens")
+    parts = results["parts"]
+    if "cross_head" in parts:
+        bottom.plot(x, parts["cross_head"].full.values.max(axis=0), "s-", color="#009E73", ms=3, label="classifier reading")
+        bottom.plot(x, parts["twin_cross"].full.values.max(axis=0), "o--", color="#D55E00", alpha=0.5, ms=2,
+                    label="untrained twins, all tokens")
+        bottom.plot(x, parts["twin_cross_head"].full.values.max(axis=0), "s--", color="#009E73", alpha=0.5, ms=2,
+                    label="untrained twins, classifier reading")
+        bottom.legend(fontsize=5, frameon=False, loc="lower left")
     bottom.set(ylabel="CKA at the match", xlabel=f"layer of B ({settings.model_b})", ylim=(0, 1.02))
     bottom.set_xticks(x)
     bottom.set_xticklabels(m["b_layer"], rotation=90, fontsize=6)
@@ -538,21 +658,32 @@ def matched_depth_figure(results: dict, settings: Settings):
     return fig
 
 
+def _label_curve(part: Part):
+    """(relative depth, cka, error bars or None) of a label-CKA part."""
+    v, lo, hi = part.interval()
+    n = len(part.full.rows)
+    err = np.abs(np.stack([v[:, 0] - lo[:, 0], hi[:, 0] - v[:, 0]]))
+    return np.arange(n) / max(1, n - 1), v[:, 0], None if np.isnan(err).all() else err
+
+
 def label_cka_figure(results: dict, settings: Settings):
-    """CKA of each layer with the class labels, both models on a relative-depth axis, with intervals."""
+    """CKA of each layer with the class labels on a relative-depth axis, with intervals: the classifier reading
+    (top) and all tokens (bottom), each model beside its untrained twin (dashed, the floor)."""
     import matplotlib.pyplot as plt
 
-    c = curves(results)
-    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 2.4))
-    for w, colour, marker in (("a", "#0072B2", "o"), ("b", "#D55E00", "s")):
-        curve = c[f"label_cka_{w}"]
-        err = np.abs(np.stack([curve["cka"] - curve["ci_low"], curve["ci_high"] - curve["cka"]]))
-        ax.errorbar(curve["relative_depth"], curve["cka"], yerr=None if np.isnan(err).all() else err, fmt=marker + "-",
-                    ms=3, capsize=2, color=colour, label=getattr(settings, f"model_{w}"))
-    ax.set(xlabel="relative depth (first layer 0, last 1)", ylabel="CKA with class labels", ylim=(0, 1.02),
-           title="Class information by depth")
-    ax.title.set_fontsize(9)
-    ax.legend(fontsize=7, frameon=False)
+    parts = results["parts"]
+    fig, axes = plt.subplots(2, 1, figsize=(FIGURE_WIDTH_IN, 4.4), sharex=True)
+    for ax, (reading, x) in zip(axes, (("head", "_head"), ("tokens", ""))):
+        for w, colour, marker in (("a", "#0072B2", "o"), ("b", "#D55E00", "s")):
+            depth, cka, err = _label_curve(parts[f"labels_{w}{x}"])
+            name = f"{getattr(settings, f'model_{w}')} ({results['readings'][w][reading]})"
+            ax.errorbar(depth, cka, yerr=err, fmt=marker + "-", ms=3, capsize=2, color=colour, label=name)
+            depth, cka, _ = _label_curve(parts[f"twin_labels_{w}{x}"])
+            ax.plot(depth, cka, marker + "--", ms=2, color=colour, alpha=0.5, label=f"untrained twin of {w.upper()}")
+        ax.set(ylabel="CKA with class labels", ylim=(0, 1.02), title=f"Class information by depth: {READING_LABEL[reading]}")
+        ax.title.set_fontsize(9)
+        ax.legend(fontsize=6, frameon=False)
+    axes[-1].set(xlabel="relative depth (first layer 0, last 1)")
     return fig
 
 
@@ -597,7 +728,10 @@ def figures(results: dict, settings: Settings) -> dict:
     parts, A, B = results["parts"], settings.model_a, settings.model_b
     figs = {"within_a": heatmap_figure(parts["within_a"], f"{A}: CKA between its layers", "layer", "layer"),
             "within_b": heatmap_figure(parts["within_b"], f"{B}: CKA between its layers", "layer", "layer"),
-            "cross": heatmap_figure(parts["cross"], f"{A} vs {B}", f"layer of B ({B})", f"layer of A ({A})"),
+            "cross": heatmap_figure(parts["cross"], f"{A} vs {B}: {_reading_names(results, 'tokens')}", f"layer of B ({B})",
+                                    f"layer of A ({A})"),
+            "cross_head": heatmap_figure(parts["cross_head"], f"{A} vs {B}: {_reading_names(results, 'head')}",
+                                         f"layer of B ({B})", f"layer of A ({A})"),
             "matched_depth": matched_depth_figure(results, settings)}
     if results["has_labels"]:
         figs["label_cka"] = label_cka_figure(results, settings)
@@ -619,15 +753,13 @@ def _v(value, low, high) -> str:
     return f"{float(value):.2f} [{float(low):.2f}, {float(high):.2f}]"
 
 
-def _order(name_x: str, x: tuple, name_y: str, y: tuple, what: str) -> str:
-    """A sentence comparing two values with intervals: an order only where the intervals do not overlap."""
-    (vx, lx, hx), (vy, ly, hy) = x, y
-    if np.isnan(lx) or np.isnan(ly):
-        return f"{what}: {name_x} {_v(*x)}, {name_y} {_v(*y)} (no intervals, so no order is claimed)."
-    if lx > hy or ly > hx:
-        hi, lo = (name_x, name_y) if vx > vy else (name_y, name_x)
-        return f"{what}: {name_x} {_v(*x)}, {name_y} {_v(*y)}; the intervals do not overlap, so {hi} is higher than {lo}."
-    return f"{what}: {name_x} {_v(*x)}, {name_y} {_v(*y)}; the intervals overlap, so these images do not tell them apart."
+READING_LABEL = {"head": "classifier reading", "tokens": "all-token reading"}
+
+
+def _reading_names(results: dict, reading: str) -> str:
+    """'classifier reading (A: cls, B: mean)'."""
+    pol = results["readings"]
+    return f"{READING_LABEL[reading]} (A: {pol['a'][reading]}, B: {pol['b'][reading]})"
 
 
 def summary_sentences(results: dict, settings: Settings) -> list:
@@ -638,35 +770,42 @@ def summary_sentences(results: dict, settings: Settings) -> list:
           if R else "no intervals (--repeats 0)")
     s.append(f"All numbers come from {results['n_images']} images of '{results['images_name']}', minibatches of "
              f"{settings.batch_size}; brackets are {iv} (image sampling only, not other training runs).")
+    from helpers import report_controls as rc
+
     uni = {w: parts[f"within_{w}"].interval_of(mean_off_diagonal) for w in ("a", "b")}
-    s.append(_order(A, uni["a"], B, uni["b"], "Mean CKA between different layers of the same model"))
-    cross = parts["cross"]
-    values, low, high = cross.interval()
-    rows, cols = cross.full.rows, cross.full.cols
-    s.append(f"Cross-model CKA of the first layers ({rows[0]} of {A}, {cols[0]} of {B}) is "
-             f"{_v(values[0, 0], low[0, 0], high[0, 0])}; of the last layers ({rows[-1]}, {cols[-1]}) "
-             f"{_v(values[-1, -1], low[-1, -1], high[-1, -1])}.")
-    i, j = np.unravel_index(values.argmax(), values.shape)
-    s.append(f"The most similar pair is {rows[i]} of {A} with {cols[j]} of {B}: CKA {_v(values[i, j], low[i, j], high[i, j])}.")
-    m = matched_depth(cross)
-    if len(cols) > 2 and np.ptp(m["a_index"]) > 0:
-        r = float(np.corrcoef(np.arange(len(cols)), m["a_index"])[0, 1])
-        trend = "rises with depth" if r > 0.5 else "falls with depth" if r < -0.5 else "does not follow depth steadily"
-        s.append(f"Matched depth {trend}: the correlation between the depth of a layer of {B} and the depth of its best "
-                 f"match in {A} is {r:.2f}.")
-    else:
-        s.append(f"Every layer of {B} has its best match at the same layer of {A} ({m['a_layer'][0]}).")
-    s.append(f"The last layer of {B} ({cols[-1]}) best matches {m['a_layer'][-1]} of {A} (CKA "
-             f"{_v(m['cka'][-1], m['ci_low'][-1], m['ci_high'][-1])}).")
+    s.append(f"Mean CKA between different layers of the same model ({_reading_names(results, 'tokens')}): {A} "
+             f"{_v(*uni['a'])}, {B} {_v(*uni['b'])} (a description of each model, not a comparison: no order is claimed).")
+    s.append(f"The untrained twins (the same architectures with random weights, seed {settings.seed}) are the floor of "
+             "every comparison below; " + ("the reference checkpoints give the run-to-run spread." if "ref_cross" in parts
+                                          else "no reference checkpoints were given (--reference-a/-b), so the only noise "
+                                               "is the image sampling, not a second training run."))
+    for r in rc.READINGS:
+        x = rc.suffix(r)
+        cross = parts[f"cross{x}"]
+        values, low, high = cross.interval()
+        rows, cols = cross.full.rows, cross.full.cols
+        i, j = np.unravel_index(values.argmax(), values.shape)
+        twin = parts[f"twin_cross{x}"].full.values
+        s.append(f"Cross-model CKA under the {_reading_names(results, r)}: first layers ({rows[0]}, {cols[0]}) "
+                 f"{_v(values[0, 0], low[0, 0], high[0, 0])} (untrained twins {twin[0, 0]:.2f}); last layers ({rows[-1]}, "
+                 f"{cols[-1]}) {_v(values[-1, -1], low[-1, -1], high[-1, -1])} (twins {twin[-1, -1]:.2f}); the most similar "
+                 f"pair is {rows[i]} with {cols[j]}, {_v(values[i, j], low[i, j], high[i, j])} (twins {twin[i, j]:.2f}).")
+    judgements = rc.judged(parts, results["has_labels"], settings.level)
+    last = {"a": parts["cross"].full.rows[-1], "b": parts["cross"].full.cols[-1]}
+    s += rc.sentences(judgements, A, B, last)
+    from helpers.report_audit import flags, last_layer_flag
+
+    flag = last_layer_flag(parts, results["has_labels"], {"a": A, "b": B}, results["readings"])
+    s += ([flag] if flag else []) + flags(parts, results["has_labels"], {"a": A, "b": B}, results["readings"])
     if results["has_labels"]:
-        last = {w: tuple(x[-1, 0] for x in parts[f"labels_{w}"].interval()) for w in ("a", "b")}
-        s.append(_order(f"{A} ({parts['labels_a'].full.rows[-1]})", last["a"], f"{B} ({parts['labels_b'].full.rows[-1]})",
-                        last["b"], "CKA of the last layer with the class labels"))
         for w, name in (("a", A), ("b", B)):
-            p = parts[f"labels_{w}"]
-            k = int(p.full.values[:, 0].argmax())
-            s.append(f"In {name} the class labels are most visible at {p.full.rows[k]} (layer {k + 1} of "
-                     f"{len(p.full.rows)}, CKA {_v(*(x[k, 0] for x in p.interval()))}).")
+            for r in rc.READINGS:
+                p = parts[f"labels_{w}{rc.suffix(r)}"]
+                k = int(p.full.values[:, 0].argmax())
+                twin = parts[f"twin_labels_{w}{rc.suffix(r)}"].full.values[k, 0]
+                s.append(f"In {name} under the {READING_LABEL[r]} ({results['readings'][w][r]}), the class labels are most "
+                         f"visible at {p.full.rows[k]} (layer {k + 1} of {len(p.full.rows)}, CKA "
+                         f"{_v(*(x[k, 0] for x in p.interval()))}; untrained twin {twin:.2f}).")
     else:
         s.append("The images have no class labels, so CKA with the labels is not computed.")
     for w, name in (("a", A), ("b", B)):
@@ -693,8 +832,14 @@ def summary_sentences(results: dict, settings: Settings) -> list:
     return s
 
 
-def _weights(name: str) -> str:
-    """Where a model's weights come from, in words, for METHODS.md."""
+def _weights(name: str, path=None) -> str:
+    """Where a model's weights come from, in words, for METHODS.md: a local file (with its SHA-256), a lite-zoo
+    member, or a published timm tag."""
+    if path is not None:
+        heads = models.file_head_classes(name, path)
+        head = f"its own {heads}-class classifier head kept" if heads else "no classifier head in the file"
+        return (f"timm architecture '{name.split('.')[0]}' with the weights of the local file {Path(path).name} "
+                f"(SHA-256 {file_sha256(path)}; {head}), not published pretrained weights")
     if name in zoo.ZOO:
         try:
             card = models.lite_card(name)
@@ -705,7 +850,9 @@ def _weights(name: str) -> str:
         return (f"the course's lite model '{name}' ({card.get('architecture', 'timm model')}, "
                 f"{card.get('parameters', 0):,} parameters, trained by `{card.get('command', 'helpers.train')}`"
                 f"{acc_text}; weights data/models/{name}.safetensors)")
-    return f"timm model '{name}' with its published pretrained weights"
+    if "." in name:
+        return f"timm model '{name}' with its published pretrained weights (tag '{name.split('.', 1)[1]}')"
+    return f"timm model '{name}' with timm's default published pretrained weights for that architecture"
 
 
 def versions() -> dict:
@@ -734,7 +881,7 @@ def command_line(settings: Settings) -> str:
     s, d = settings, Settings()
     parts = ["python -m helpers.report", s.model_a, s.model_b, "--images", s.images, "--count", str(s.count or 0)]
     for key in ("layers_a", "layers_b", "policy_a", "policy_b", "batch_size", "repeats", "level", "attention",
-                "attention_count", "seed", "threads"):
+                "attention_count", "seed", "threads", "weights_a", "weights_b", "reference_a", "reference_b"):
         if getattr(s, key) != getattr(d, key):
             parts += [f"--{key.replace('_', '-')}", str(getattr(s, key))]
     return " ".join(parts + ["--out", shown_path(s.out)])
@@ -752,13 +899,20 @@ def methods_text(results: dict, settings: Settings) -> str:
     n, R = results["n_images"], s.repeats
     labels = "with class labels" if results["has_labels"] else "without class labels"
     paragraph = (
-        f"We compared the internal representations of {s.model_a} (model A: {_weights(s.model_a)}) and {s.model_b} "
-        f"(model B: {_weights(s.model_b)}) with linear centred kernel alignment (CKA; Kornblith et al., 2019), following "
+        f"We compared the internal representations of {s.model_a} (model A: {_weights(s.model_a, s.weights_a)}) and {s.model_b} "
+        f"(model B: {_weights(s.model_b, s.weights_b)}) with linear centred kernel alignment (CKA; Kornblith et al., 2019), following "
         f"Raghu et al. (2021). Both models saw the same {n} images from '{results['images_name']}' ({labels}), each "
         f"preprocessed with the model's own configuration (timm's resolve_data_config: resize, crop, mean and standard "
         f"deviation). We recorded {len(res['a'])} layers of A ('{s.layers_a}': {_layer_list(res['a'])}) and {len(res['b'])} "
         f"layers of B ('{s.layers_b}': {_layer_list(res['b'])}). Token policy: for A, {POLICY_WORDS[s.policy_a]}; for B, "
-        f"{POLICY_WORDS[s.policy_b]}. CKA was estimated with the minibatch estimator of Nguyen et al. (2021): unbiased "
+        f"{POLICY_WORDS[s.policy_b]}. Every cross-model and label comparison was also made under each model's classifier "
+        f"reading (what its classification head reads; A: {POLICY_WORDS[results['readings']['a']['head']]}; B: "
+        f"{POLICY_WORDS[results['readings']['b']['head']]}), and on the untrained twin of each model (the same "
+        f"architecture, random initialisation, seed {s.seed} for A and {s.seed + 1} for B) as a floor"
+        + (f"; reference checkpoints ({', '.join(_weights(getattr(s, 'model_' + w), getattr(s, 'reference_' + w)) for w in 'ab' if getattr(s, 'reference_' + w))}) "
+           "give the run-to-run spread" if s.reference_a or s.reference_b else "") +
+        f". A comparison is stated only when both readings get the same verdict under the course's rule (effect against "
+        f"max(interval, run-to-run spread), and against the untrained twins). CKA was estimated with the minibatch estimator of Nguyen et al. (2021): unbiased "
         f"HSIC per minibatch of {s.batch_size} images, summed over minibatches (each weighted by m(m-3)) before the "
         f"normalisation, so that no activations are stored. We report CKA between the layers of each model, between "
         f"every layer of A and every layer of B, the matched depth (for each layer of B, the layer of A with the highest "
@@ -786,9 +940,14 @@ def methods_text(results: dict, settings: Settings) -> str:
             f"checked on synthetic data (tests/test_intervals.py). Raghu et al. (2021) averaged 20 repeats.")
     else:
         paragraph += " No intervals were computed (--repeats 0)."
+    paragraph += (" An image-statistics audit gives, for each recorded layer under both readings, its CKA with each "
+                  "image's mean brightness and with its per-channel colour means (pixel values with the model's "
+                  "normalisation undone), and the share of its variance along the top principal component (per "
+                  "minibatch, averaged); layers whose CKA with these statistics is at least their CKA with the labels "
+                  "are flagged in the summary.")
     paragraph += (f" Software: Python {v['python']}, PyTorch {v['torch']}, timm {v['timm']}, NumPy {v['numpy']}, "
                   f"Matplotlib {v['matplotlib']}, course helpers at commit {v['course_commit']}.")
-    refs = "\n".join(f"- {r}" for r in REFERENCES)
+    refs = "\n".join(f"- {r}" for r in references(results, settings))
     return (f"# Methods\n\n{paragraph}\n\nReproduce with:\n\n```\n{command_line(settings)}\n```\n\n"
             f"Every setting is in settings.json.\n\n## References\n\n{refs}\n")
 
@@ -806,13 +965,16 @@ def settings_record(results: dict, settings: Settings) -> dict:
             "resolved_layers_b": parts["cross"].full.meta.get("resolved_layers_b"),
             "estimator": parts["cross"].full.estimator, "interval": "full value +- t * sd(subsamples) / sqrt(R) (helpers.intervals)",
             "attention_distances": {w: results["plan"][w] for w in ("a", "b")},
-            "model_classes": results["model_classes"], "weights": {"a": _weights(settings.model_a), "b": _weights(settings.model_b)},
+            "model_classes": results["model_classes"],
+            "weights": {"a": _weights(settings.model_a, settings.weights_a), "b": _weights(settings.model_b, settings.weights_b)},
+            "readings": results["readings"],
             "versions": versions()}
 
 
-OUTPUT_NAMES = ("within_a", "within_b", "cross", "labels_a", "labels_b", "matched_depth", "label_cka", "label_cka_a",
-                "label_cka_b", "attention_distance_a", "attention_distance_b", "receptive_fields", "receptive_field_a",
-                "receptive_field_b")
+OUTPUT_NAMES = tuple(f"{prefix}{name}{x}" for prefix in ("", "twin_", "ref_") for x in ("", "_head")
+                     for name in ("cross", "labels_a", "labels_b", "stats_a", "stats_b")) + (
+    "within_a", "within_b", "matched_depth", "label_cka", "label_cka_a", "label_cka_b", "cross_head",
+    "attention_distance_a", "attention_distance_b", "receptive_fields", "receptive_field_a", "receptive_field_b")
 
 
 def remove_old_outputs(out: Path) -> None:
@@ -836,14 +998,25 @@ def write_bundle(results: dict, settings: Settings) -> list:
         written += write_matrix_tables(part, out / "tables")
     for name, columns in curves(results).items():
         written += write_curve_tables(name, columns, out / "tables")
+    names = []
     for name, fig in figures(results, settings).items():
         written += _save(fig, name, out / "figures")
+        names.append(name)
         plt.close(fig)
     (out / "settings.json").write_text(json.dumps(settings_record(results, settings), indent=2, default=str))
     (out / "METHODS.md").write_text(methods_text(results, settings))
-    summary = "\n".join(f"- {line}" for line in summary_sentences(results, settings))
-    (out / "SUMMARY.md").write_text(f"# Summary: {settings.model_a} vs {settings.model_b}\n\n{summary}\n")
-    return written + [out / "settings.json", out / "METHODS.md", out / "SUMMARY.md"]
+    from helpers.report_controls import readings_table
+    from helpers.report_pages import captions_markdown, overview_html
+
+    lines = summary_sentences(results, settings)
+    summary = "\n".join(f"- {line}" for line in lines)
+    table = readings_table(results["parts"], results["has_labels"], settings.model_a, settings.model_b, settings.level)
+    (out / "SUMMARY.md").write_text(f"# Summary: {settings.model_a} vs {settings.model_b}\n\n{summary}\n\n"
+                                    f"## Both readings beside their untrained twins\n\nValues ± half-widths of "
+                                    f"{settings.level:.0%} intervals from the disjoint subsamples.\n\n{table}\n")
+    (out / "CAPTIONS.md").write_text(captions_markdown(results, settings, names))
+    (out / "overview.html").write_text(overview_html(results, settings, lines, table, names))
+    return written + [out / name for name in ("settings.json", "METHODS.md", "SUMMARY.md", "CAPTIONS.md", "overview.html")]
 
 
 def run(settings: Settings, progress: bool = True) -> dict:
@@ -871,7 +1044,7 @@ def main(argv=None) -> int:
         if "recomputed" in line:
             print(f"Note: {line}")
     print(f"Wrote {len(results['files'])} files to {settings.out} in {results['seconds']} s "
-          "(figures/, tables/, settings.json, METHODS.md, SUMMARY.md).")
+          "(overview.html, figures/, tables/, settings.json, METHODS.md, SUMMARY.md, CAPTIONS.md).")
     print((Path(settings.out) / "SUMMARY.md").read_text())
     return 0
 

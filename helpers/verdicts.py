@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from helpers.claims import CLAIMS, claims_of
+from helpers.claims import CLAIMS, REPORT_CLAIMS, claims_of
 
 LEVEL = 0.9  # the image-subsample intervals are 90% intervals (helpers.intervals.subsample_interval)
 VERDICTS = ("holds", "holds in k of n seeds", "within noise", "opposite", "not measured")
@@ -132,7 +132,7 @@ def _verdict_word(shown: int, reversed_: int, n: int) -> str:
 
 
 def _known(claim: str) -> str:
-    if claim not in CLAIMS:
+    if claim not in CLAIMS and claim not in REPORT_CLAIMS:  # REPORT_CLAIMS: helpers.report's comparisons (R1, ...)
         from difflib import get_close_matches
         close = get_close_matches(claim, list(CLAIMS), n=3)
         raise KeyError(f"unknown claim {claim!r}" + (f"; did you mean {', '.join(close)}?" if close else "")

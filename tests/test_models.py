@@ -84,6 +84,29 @@ def test_full_track_loading_from_a_local_file_matches_the_original(tmp_path):
             assert torch.equal(loaded(x), original(x))
 
 
+@pytest.mark.parametrize("arch, head", [("test_resnet", "fc"), ("test_vit", "head"), ("test_efficientnet", "classifier"),
+                                         ("test_convnext", "head.fc")])
+def test_a_fine_tuned_head_in_a_local_file_is_kept(tmp_path, arch, head):
+    """A student's 10-class fine-tune: timm alone compares num_classes with the published 1,000 and silently gives a
+    new random head. The file's own head must come back, with or without num_classes, and a mismatch is an error."""
+    import timm
+    import warnings
+    tuned = timm.create_model(arch, pretrained=False, num_classes=10).eval()
+    path = tmp_path / "ft.safetensors"
+    save_file(tuned.state_dict(), str(path))
+    assert models.file_head_classes(arch, path) == 10
+    x = torch.randn(2, 3, 160, 160)
+    for kwargs in ({}, {"num_classes": 10}):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no "new head" warning either
+            loaded = models.load(arch, weights=path, device="cpu", **kwargs)
+        assert torch.equal(loaded.get_submodule(head).weight, tuned.get_submodule(head).weight)
+        with torch.no_grad():
+            assert torch.equal(loaded(x), tuned(x))
+    with pytest.raises(ValueError, match="10 classes.*num_classes=5"):
+        models.load(arch, weights=path, num_classes=5, device="cpu")
+
+
 def test_bad_weight_files_are_refused(tmp_path):
     garbage = tmp_path / "garbage.pth"
     garbage.write_bytes(b"not a checkpoint at all" * 10)

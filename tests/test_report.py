@@ -13,7 +13,7 @@ from helpers import report
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
     """The real no-argument command line (only --out given): lite-vit vs lite-efficientnet on all 2,048 'shapes'
-    images with 20 subsamples (about 20 s on 2 CPU cores)."""
+    images with 20 subsamples, both readings, the untrained twins (about 80 s on a busy 2-core machine)."""
     out = tmp_path_factory.mktemp("report")
     status = report.main(["--out", str(out)])
     assert status == 0
@@ -35,15 +35,22 @@ def test_help_explains_every_option(capsys):
 
 
 def test_bundle_has_every_file(bundle):
-    for name in ("within_a", "within_b", "cross", "matched_depth", "label_cka", "attention_distance_a", "receptive_fields"):
+    for name in ("within_a", "within_b", "cross", "cross_head", "matched_depth", "label_cka", "attention_distance_a",
+                 "receptive_fields"):
         for ext in ("png", "pdf", "svg"):
             assert (bundle / "figures" / f"{name}.{ext}").stat().st_size > 0
     assert not (bundle / "figures" / "attention_distance_b.png").exists()  # lite-efficientnet has no attention
     for name in ("within_a", "within_b", "cross", "labels_a", "labels_b", "matched_depth", "label_cka_a",
-                 "label_cka_b", "attention_distance_a", "receptive_field_a", "receptive_field_b"):
+                 "label_cka_b", "attention_distance_a", "receptive_field_a", "receptive_field_b", "cross_head",
+                 "labels_a_head", "labels_b_head", "twin_cross", "twin_cross_head", "twin_labels_a", "twin_labels_a_head",
+                 "twin_labels_b", "twin_labels_b_head"):
         assert (bundle / "tables" / f"{name}.csv").exists() and (bundle / "tables" / f"{name}.npz").exists()
-    for name in ("settings.json", "METHODS.md", "SUMMARY.md"):
+    for name in ("settings.json", "METHODS.md", "SUMMARY.md", "CAPTIONS.md", "overview.html"):
         assert (bundle / name).stat().st_size > 0
+    captions = (bundle / "CAPTIONS.md").read_text()
+    for name in ("cross", "cross_head", "label_cka", "matched_depth"):
+        assert f"**figures/{name}**" in captions and f'src="figures/{name}.png"' in (bundle / "overview.html").read_text()
+    assert "2048 images" in captions and "classifier reading (A: cls, B: mean)" in captions
 
 
 def _csv(path):
@@ -52,7 +59,7 @@ def _csv(path):
 
 
 def test_csv_values_equal_the_npz(bundle):
-    for name in ("within_a", "within_b", "cross", "labels_a", "labels_b"):
+    for name in ("within_a", "within_b", "cross", "labels_a", "labels_b", "cross_head", "twin_labels_a_head"):
         rows = _csv(bundle / "tables" / f"{name}.csv")
         with np.load(bundle / "tables" / f"{name}.npz") as f:
             for column, key in (("cka", "values"), ("ci_low", "ci_low"), ("ci_high", "ci_high")):
@@ -76,7 +83,8 @@ def test_matched_depth_is_the_argmax_of_the_cross_matrix(bundle):
 def test_methods_and_settings_name_models_images_and_references(bundle):
     text = (bundle / "METHODS.md").read_text()
     for needle in ("lite-vit", "lite-efficientnet", "2048 images", "minibatch of 256 images", "20 disjoint random subsamples of 102 images",
-                   "subsample estimator", "Raghu", "Kornblith", "Nguyen", "PyTorch", "timm"):
+                   "subsample estimator", "Raghu", "Kornblith", "Nguyen", "PyTorch", "timm", "Song, L.", "Dosovitskiy", "Tan, M.",
+                   "classifier reading", "untrained twin", "image-statistics audit"):
         assert needle in text, needle
     settings = json.loads((bundle / "settings.json").read_text())
     assert settings["settings"]["count"] is None and settings["n_images"] == 2048
@@ -186,3 +194,110 @@ def test_other_settings_in_the_same_folder_are_recomputed(tmp_path, capsys):
     assert "recomputed (it was made with other settings)" in out and "loaded" not in out
     assert not (tmp_path / "figures" / "attention_distance_b.png").exists()  # the first run's figure is not left stale
     assert "Attention distances of lite-vit: not applicable (not asked for: --attention none)" in (tmp_path / "SUMMARY.md").read_text()
+
+
+def _parts_from_tables(folder):
+    """The report's Parts rebuilt from the written tables (values and subsample values), to re-judge the sentences."""
+    from types import SimpleNamespace
+
+    parts = {}
+    for path in folder.glob("*.npz"):
+        with np.load(path) as f:
+            if "subsample_values" in f.files:
+                parts[path.stem] = SimpleNamespace(full=SimpleNamespace(values=f["values"]),
+                                                   subsamples=[SimpleNamespace(values=v) for v in f["subsample_values"]])
+    return parts
+
+
+def test_summary_shows_both_readings_the_floor_and_claims_only_what_both_agree_on(bundle):
+    """Issue 34: the all-token reading alone said 'lite-efficientnet is higher than lite-vit' (0.92 vs the ViT's 0.19),
+    while the ViT's CLS token (what its head reads) has 0.83. Each comparison is now judged under both readings by
+    helpers.verdicts, re-judged here from the written tables: a comparative sentence only where the verdicts agree."""
+    from helpers import report_controls as rc
+
+    text = (bundle / "SUMMARY.md").read_text()
+    assert "so lite-efficientnet (blocks.4.1) is higher than lite-vit (block5)" not in text  # the old one-reading order
+    assert "intervals do not overlap" not in text  # no second rule beside helpers.verdicts
+    for needle in ("classifier reading (A: cls, B: mean)", "all-token reading (A: all, B: all)", "untrained twin",
+                   "## Both readings beside their untrained twins"):
+        assert needle in text, needle
+    judgements = rc.judged(_parts_from_tables(bundle / "tables"), True, 0.9)
+    lines = text.splitlines()
+    for claim, first_words in (("R1", "Class information of the last recorded layers"), ("R2", "has a counterpart in"),
+                               ("R3", "matched depth follows depth")):
+        line = next(x for x in lines if first_words in x)
+        for v in judgements[claim].values():
+            assert f"{v.effects[0]:+.3f} against noise {v.noise[0]:.3f}" in line, (claim, line)
+        if rc.agree(judgements[claim]):
+            assert "DISAGREE" not in line and "agree" in line, line
+        else:
+            assert "DISAGREE" in line and "no " in line and "Both readings agree" not in line, line
+    with np.load(bundle / "tables" / "labels_a_head.npz") as head, np.load(bundle / "tables" / "labels_a.npz") as tokens:
+        assert f"| classifier reading | {head['values'][-1, 0]:.3f}" in text
+        assert f"| all tokens | {tokens['values'][-1, 0]:.3f}" in text
+    with np.load(bundle / "tables" / "twin_labels_b_head.npz") as twin:
+        assert f"{twin['values'][-1, 0]:.3f} ± " in text
+
+
+def test_own_fine_tuned_checkpoint_and_a_reference_go_through_the_report(tmp_path):
+    """--weights-a with a 10-class fine-tune keeps its head; METHODS.md names the local file and its SHA-256, never
+    'published pretrained weights'; --reference-a adds the run-to-run spread to the table and sentences."""
+    import hashlib
+
+    import timm
+    import torch
+    from safetensors.torch import save_file
+
+    paths = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        tuned = timm.create_model("test_vit", pretrained=False, num_classes=10)
+        save_file(tuned.state_dict(), str(tmp_path / f"ft{seed}.safetensors"))
+        paths.append(tmp_path / f"ft{seed}.safetensors")
+    loaded = report.load_model("test_vit", "A", str(paths[0]))
+    assert loaded.head.out_features == 10
+    torch.manual_seed(0)
+    tuned = timm.create_model("test_vit", pretrained=False, num_classes=10)
+    assert torch.equal(loaded.head.weight.cpu(), tuned.head.weight)
+    rng = np.random.default_rng(0)
+    for c in range(2):  # a folder of the student's own images, one subfolder per class
+        folder = tmp_path / "images" / f"class{c}"
+        folder.mkdir(parents=True)
+        for k in range(20):
+            Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8) // (1 + c)).save(folder / f"{k}.png")
+    out = tmp_path / "out"
+    assert report.main(["test_vit", "lite-efficientnet", "--weights-a", str(paths[0]), "--reference-a", str(paths[1]),
+                        "--images", str(tmp_path / "images"), "--repeats", "2", "--batch-size", "20",
+                        "--attention", "none", "--out", str(out)]) == 0
+    methods = (out / "METHODS.md").read_text()
+    digest = hashlib.sha256(paths[0].read_bytes()).hexdigest()
+    assert f"local file ft0.safetensors (SHA-256 {digest}; its own 10-class classifier head kept)" in methods
+    assert "with its published pretrained weights" not in methods
+    assert f"--weights-a {paths[0]}" in methods and "ft1.safetensors" in methods
+    summary = (out / "SUMMARY.md").read_text()
+    assert "reference spread" in summary and "the reference checkpoints give the run-to-run spread" in summary
+    with np.load(out / "tables" / "ref_cross_head.npz") as f:
+        assert f"| {f['values'][:, -1].max():.3f}" in summary
+
+
+def test_image_statistics_audit_is_in_the_bundle(bundle):
+    """Each model and reading gets an audit line; the table's number is the written matrix's; the brightness the audit
+    uses is the raw images' (the model's normalisation undone)."""
+    from helpers import models
+    from helpers.data import image_set, subset
+    from helpers.report_audit import image_statistics
+
+    text = (bundle / "SUMMARY.md").read_text()
+    for name in ("lite-vit", "lite-efficientnet"):
+        for reading in ("classifier reading", "all tokens"):
+            assert f"Image-statistics audit of {name} ({reading}," in text
+    with np.load(bundle / "tables" / "stats_a.npz") as f:
+        assert f["values"].shape[1] == 2 and f"| all tokens | {f['values'][-1].max():.3f}" in text
+    with np.load(bundle / "tables" / "stats_a.npz") as stats, np.load(bundle / "tables" / "labels_a.npz") as labels:
+        flagged = stats["values"][-1].max() >= labels["values"][-1, 0]  # lite-vit's last block, all tokens
+    assert ("AUDIT FLAG for the comparisons above: under all tokens (all), the last layer of lite-vit" in text) == flagged
+    images = subset(image_set("shapes"), range(16))
+    stats = image_statistics(images, models.load("lite-vit", device="cpu"), batch_size=8).numpy()
+    raw = images.tensor.double().numpy() / 255
+    assert np.allclose(stats[:, 1:], raw.mean((2, 3)), atol=1e-5)
+    assert np.allclose(stats[:, 0], raw.mean((1, 2, 3)), atol=1e-5)
