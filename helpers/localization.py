@@ -115,7 +115,8 @@ def capture_tokens(model, images, layers, batch_size: int = 256, pool_to=None, d
     images: a helpers.data.ImageSet (preprocessed for `model`) or a float (n, C, H, W) tensor (used as is).
     layers: module names, e.g. ["blocks.5"] or ["layer2.1", "layer4.1"] (a block's output).
     pool_to: (rows, cols) to average-pool CNN maps to, e.g. the last stage's grid (probes, Fig. 11).
-    Memory: n * N * D * 4 bytes per layer, kept on the CPU (ViT-B/16: 0.6 MB per image and block).
+    Memory: n * N * D * 4 bytes per layer, kept on the CPU (ViT-B/16: 0.6 MB per image and block),
+    allocated after the first batch and filled in place (no second copy).
     max_gib: refuse, after the first batch, a capture that would keep more than this many GiB
     (a clear error instead of a machine that runs out of memory hours in); raise it if you have the RAM.
     """
@@ -123,7 +124,7 @@ def capture_tokens(model, images, layers, batch_size: int = 256, pool_to=None, d
     device = device or next(iter(model.parameters()), torch.empty(0)).device  # a model without weights: CPU
     prefix = int(getattr(model, "num_prefix_tokens", 0))
     modules = dict(model.named_modules())
-    current, kept, grids, prefixes = {}, {layer: [] for layer in layers}, {}, {}
+    current, kept, grids, prefixes = {}, {}, {}, {}
 
     def hook(layer):
         def record(_module, _inputs, output):
@@ -132,34 +133,43 @@ def capture_tokens(model, images, layers, batch_size: int = 256, pool_to=None, d
         return record
 
     handles = [modules[layer].register_forward_hook(hook(layer)) for layer in layers]
+    n, done = len(images), 0
     try:
         with torch.no_grad(), evaluating(model):  # eval mode inside; the caller's mode comes back after
             for x in _batches(model, images, batch_size, device):
                 current.clear()
                 model(x)
+                batch = {}
                 for layer in layers:
                     if layer not in current:
                         raise RuntimeError(f"The hook on '{layer}' never fired: that module did not run in the forward pass.")
                     prefixes[layer] = prefix if current[layer].ndim == 3 else 0
-                    values, grids[layer] = _as_tokens(current[layer], prefixes[layer], pool_to)
-                    kept[layer].append(values.float().cpu().clone())
-                if len(kept[layers[0]]) == 1:
-                    _check_memory(kept, len(images), max_gib)
+                    batch[layer], grids[layer] = _as_tokens(current[layer], prefixes[layer], pool_to)
+                if not kept:  # the first batch: check the size, then one float32 tensor per layer for all n images
+                    _check_memory(batch, n, max_gib)
+                    kept = {layer: torch.empty((n,) + tuple(v.shape[1:]), dtype=torch.float32) for layer, v in batch.items()}
+                if done + len(x) > n:
+                    raise RuntimeError(f"The images gave more than their length ({n}) examples in their batches.")
+                for layer, values in batch.items():  # filled in place: no list of batches to torch.cat (half the peak)
+                    kept[layer][done:done + len(x)].copy_(values)
+                done += len(x)
     finally:
         for handle in handles:
             handle.remove()
     if not grids:
         raise ValueError("No images were given.")
-    return {layer: Tokens(torch.cat(kept[layer]), prefixes[layer], grids[layer]) for layer in layers}
+    if done != n:
+        raise RuntimeError(f"The images gave {done} examples in their batches but have length {n}.")
+    return {layer: Tokens(kept[layer], prefixes[layer], grids[layer]) for layer in layers}
 
 
-def _check_memory(kept: dict, n: int, max_gib: float) -> None:
-    """Raise before the capture goes on when all n images' tokens would exceed max_gib GiB."""
-    per_image = sum(chunks[0][0].numel() * 4 for chunks in kept.values())  # float32 bytes of one image, all layers
+def _check_memory(batch: dict, n: int, max_gib: float) -> None:
+    """Raise before the capture goes on when all n images' tokens would exceed max_gib GiB (batch: {layer: (B, N, D)})."""
+    per_image = sum(values[0].numel() * 4 for values in batch.values())  # float32 bytes of one image, all layers
     need = per_image * n / 2 ** 30
     if need > max_gib:
         raise MemoryError(f"capture_tokens would keep {need:.1f} GiB of tokens ({n:,} images x {per_image / 2 ** 20:.1f} MiB "
-                          f"for {len(kept)} layer(s)), over max_gib={max_gib:g}. Use fewer images or fewer layers (or pool_to "
+                          f"for {len(batch)} layer(s)), over max_gib={max_gib:g}. Use fewer images or fewer layers (or pool_to "
                           "for CNN maps), or pass a larger max_gib if this machine has the memory.")
 
 
@@ -181,15 +191,28 @@ def patch_grid(images: torch.Tensor, patch: int) -> torch.Tensor:
 # --------------------------------------------------------------------------- CKA of every token with every patch
 
 
+GRAM_GIB = 2.0  # the Gram form holds at most this many GiB of float64 n x n Grams at once (ViT-B at n = 1,000: 1.5)
+
+
 def _check_stack(A, name: str) -> torch.Tensor:
+    """A validated (n, positions, features) tensor in its own float dtype: float64 copies are made chunk by chunk."""
     if not isinstance(A, torch.Tensor):
         A = torch.as_tensor(np.asarray(A))
     if A.ndim != 3:
         raise ValueError(f"{name} must be (n examples, positions, features), got shape {tuple(A.shape)}. "
                          "A single representation (n, p) is A[:, None].")
-    if not torch.isfinite(A).all():
+    if not A.is_floating_point():
+        A = A.to(torch.float64)
+    step = max(1, 2 ** 26 // max(1, A.shape[0] * A.shape[2]))  # positions per check: a bool mask of at most 64 MB
+    if not all(bool(torch.isfinite(A[:, start:start + step]).all()) for start in range(0, A.shape[1], step)):
         raise ValueError(f"{name} contains {int((~torch.isfinite(A)).sum())} NaN or inf value(s). Check the layer's output.")
-    return A.to(torch.float64)
+    return A
+
+
+def _centred(A: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+    """(n, P, F) -> (n, stop - start, F) float64: positions start:stop, each feature centred over the n examples."""
+    part = A[:, start:stop].to(torch.float64)
+    return part - part.mean(0)
 
 
 def _self_dots(A: torch.Tensor, debiased: bool) -> torch.Tensor:
@@ -205,30 +228,62 @@ def _self_dots(A: torch.Tensor, debiased: bool) -> torch.Tensor:
 
 
 def _flat_grams(A: torch.Tensor, debiased: bool) -> torch.Tensor:
-    """(n, T, D) centered -> (T, n*n) flattened Grams, U-centred when debiased (their dot / n(n-3) is HSIC_1)."""
-    G = torch.einsum("ntd,mtd->tnm", A, A)
+    """(n, t, D) centered -> (t, n*n) flattened Grams, U-centred in place when debiased (their dot / n(n-3) is HSIC_1)."""
+    At = A.transpose(0, 1).contiguous()                               # (t, n, D)
+    G = torch.bmm(At, At.transpose(1, 2))                             # (t, n, n), the one n x n tensor of this call
+    del At
     if debiased:
         n = G.shape[1]
         G.diagonal(dim1=1, dim2=2).zero_()
-        means = G.sum(1) / (n - 2)                                    # (T, n)
-        means = means - means.sum(1, keepdim=True) / (2 * (n - 1))
-        G = G - means[:, :, None] - means[:, None, :]
+        means = G.sum(1) / (n - 2)                                    # (t, n)
+        means -= means.sum(1, keepdim=True) / (2 * (n - 1))
+        G -= means[:, :, None]                                        # in place: no second (t, n, n) tensor
+        G -= means[:, None, :]
         G.diagonal(dim1=1, dim2=2).zero_()
     return G.reshape(len(G), -1)
 
 
-def _gram_form_maps(X, Y, debiased, chunk):
-    """The same maps from n x n Grams: cheaper when tokens or patches have many features (full track)."""
-    GY = _flat_grams(Y, debiased)                                     # (Q, n*n)
-    norm_y = GY.norm(dim=1)
-    rows = []
-    for start in range(0, X.shape[1], chunk):
-        GX = _flat_grams(X[:, start:start + chunk], debiased)
-        rows.append((GX @ GY.T) / (GX.norm(dim=1)[:, None] * norm_y[None]))
-    return torch.cat(rows)
+def _gram_blocks(X, Y, n, chunk, gram_gib):
+    """Which side's Grams to hold, and how many positions per block: (swap, block).
+
+    The held side's Grams are formed once, in blocks of at most gram_gib GiB; the other side's are
+    formed `chunk` at a time, once per block. Hold the side that makes the total work smaller.
+    """
+    block_of = lambda A: max(1, min(A.shape[1], int(gram_gib * 2 ** 30 // (n * n * 8))))
+    work = {}
+    for swap, (held, other) in ((True, (Y, X)), (False, (X, Y))):
+        blocks = -(-held.shape[1] // block_of(held))
+        work[swap] = held.shape[1] * held.shape[2] + blocks * other.shape[1] * other.shape[2]
+    swap = work[True] <= work[False]  # a tie: hold the patches' Grams, as the form always did
+    return swap, block_of(Y if swap else X)
 
 
-def localization_maps(tokens, patches, debiased: bool = True, chunk: int = 16, form: str = "auto") -> torch.Tensor:
+def _gram_form_maps(X, Y, debiased, chunk, gram_gib):
+    """The same maps from n x n Grams: cheaper when tokens or patches have many features (full track).
+
+    Never forms one side's (positions, n, n) Gram stack whole: at most gram_gib GiB of Grams of one
+    side (a block) and `chunk` of the other side's are alive at once. (T, Q) float64.
+    """
+    n = X.shape[0]
+    swap, block = _gram_blocks(X, Y, n, chunk, gram_gib)
+    held, other = (Y, X) if swap else (X, Y)
+    out = torch.empty(held.shape[1], other.shape[1], dtype=torch.float64, device=X.device)
+    for start in range(0, held.shape[1], block):
+        stop = min(start + block, held.shape[1])
+        GH = torch.empty(stop - start, n * n, dtype=torch.float64, device=X.device)  # (block, n*n), filled chunk by chunk
+        for first in range(start, stop, chunk):
+            GH[first - start:min(first + chunk, stop) - start] = _flat_grams(_centred(held, first, min(first + chunk, stop)), debiased)
+        norm_h = GH.norm(dim=1)
+        for first in range(0, other.shape[1], chunk):
+            GO = _flat_grams(_centred(other, first, first + chunk), debiased)     # (chunk, n*n)
+            out[start:start + block, first:first + chunk] = (GH @ GO.T) / (norm_h[:, None] * GO.norm(dim=1)[None])
+            del GO
+        del GH  # free this block before the next one is formed
+    return out.T.contiguous() if swap else out
+
+
+def localization_maps(tokens, patches, debiased: bool = True, chunk: int = 16, form: str = "auto",
+                      gram_gib: float = GRAM_GIB) -> torch.Tensor:
     """Linear CKA of every token with every patch: (n, T, D), (n, Q, E) -> (T, Q), float64 on the CPU.
 
     Row t is the paper's heatmap for token t (reshape it to the patch grid). Each entry equals
@@ -236,6 +291,9 @@ def localization_maps(tokens, patches, debiased: bool = True, chunk: int = 16, f
     an n x n matrix (cheap when D, E are small, as on the lite track); "grams" works with the
     (n, n) Grams (cheap when D or E is large: ViT-B tokens of 768 numbers, 16x16x3 patches);
     "auto" picks features when D * E <= 16 * n.
+    Memory: the inputs stay as given (float32 tokens are not copied whole); they are centred and
+    turned into float64 `chunk` positions at a time, and the Gram form holds at most gram_gib GiB
+    of Grams (ResNet-50 layer2 at n = 1,000 would need 6 GB of them at once).
     """
     # the big cross products run in float32 when both inputs are float32 (after centring in float64:
     # relative error ~1e-6, half the time of float64); norms and the debiasing terms stay float64
@@ -252,20 +310,24 @@ def localization_maps(tokens, patches, debiased: bool = True, chunk: int = 16, f
         raise ValueError(f"CKA needs at least 2 examples; got {n}.")
     if form not in ("auto", "features", "grams"):
         raise ValueError(f"form must be 'auto', 'features' or 'grams', not {form!r}.")
-    X, Y = X - X.mean(0), Y - Y.mean(0)
-    self_x, self_y = _self_dots(X, debiased), _self_dots(Y, debiased)
+    if chunk < 1 or gram_gib <= 0:
+        raise ValueError(f"chunk must be a positive number of positions and gram_gib a positive size; got {chunk}, {gram_gib}.")
+    self_x, self_y = ([_self_dots(_centred(A, start, start + chunk), debiased) for start in range(0, A.shape[1], chunk)]
+                      for A in (X, Y))
+    self_x, self_y = torch.cat(self_x), torch.cat(self_y)
     for value, name in ((self_x, "token"), (self_y, "patch")):
         if (value <= 0).any():
             raise ValueError(f"A {name} position has zero variance over the images (index {int((value <= 0).nonzero()[0])}), "
                              "so CKA is undefined there.")
     if form == "grams" or (form == "auto" and X.shape[2] * Y.shape[2] > 16 * n):
-        return _gram_form_maps(X, Y, debiased, chunk).cpu()
+        return _gram_form_maps(X, Y, debiased, chunk, gram_gib).cpu()
+    Y = _centred(Y, 0, Y.shape[1])  # the features form keeps the patches whole: it is chosen when they are small
     b = (Y * Y).sum(2)  # (n, Q)
     work = torch.float32 if fast else torch.float64
     Yflat = Y.reshape(n, -1).to(work)
     rows = []
     for start in range(0, X.shape[1], chunk):
-        Xc = X[:, start:start + chunk]
+        Xc = _centred(X, start, start + chunk)
         t, d = Xc.shape[1], Xc.shape[2]
         cross = (Xc.reshape(n, -1).T.to(work) @ Yflat).reshape(t, d, Y.shape[1], Y.shape[2]).double()
         value = (cross ** 2).sum((1, 3))  # (t, Q)

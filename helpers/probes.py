@@ -33,14 +33,22 @@ def pm1_targets(labels, num_classes: int) -> torch.Tensor:
     return targets
 
 
+TOKEN_CHUNK_MIB = 256  # float64 test features probed at once: representations are fitted this many MiB at a time
+
+
 def _features(X, name: str) -> torch.Tensor:
-    """(n, p) or (n, T, p) -> (T, n, p) float64 (T = 1 for a single representation)."""
+    """(n, p) or (n, T, p) -> (T, n, p) view in X's dtype (T = 1 for a single representation).
+
+    No float64 copy here: _ridge_fit converts a chunk of representations at a time (a ViT-B layer of
+    2,000 test images is 1.2 GB in float32, 2.4 GB in float64, and its centred copy as much again).
+    """
     X = torch.as_tensor(np.asarray(X)) if not isinstance(X, torch.Tensor) else X.detach().cpu()
     if X.ndim not in (2, 3):
         raise ValueError(f"{name} must be (n, p) or (n, T, p) features, one row per image; got shape {tuple(X.shape)}.")
     if not torch.isfinite(X).all():
         raise ValueError(f"{name} contains {int((~torch.isfinite(X)).sum())} NaN or inf value(s). Check the layer's output.")
-    X = X.to(torch.float64)
+    if not X.is_floating_point():
+        X = X.to(torch.float64)
     return X[None] if X.ndim == 2 else X.transpose(0, 1)
 
 
@@ -84,6 +92,17 @@ def _ridge_fit(train_X, train_y, val_X, val_y, test_X, test_y, lambdas, num_clas
     if lambdas.ndim != 1 or len(lambdas) == 0 or (lambdas <= 0).any():
         raise ValueError("lambdas must be a non-empty 1-D sequence of positive numbers.")
 
+    # each representation is probed on its own, so a chunk of them at a time gives the same numbers
+    # with a float64 copy of only that chunk (the largest split sets the chunk)
+    step = max(1, TOKEN_CHUNK_MIB * 2 ** 20 // (8 * Xtr.shape[2] * max(Xtr.shape[1], Xva.shape[1], Xte.shape[1])))
+    parts = [_ridge_fit_chunk(*(X[start:start + step].to(torch.float64) for X in (Xtr, Xva, Xte)), ytr, yva, yte,
+                              lambdas, classes, every_lambda) for start in range(0, Xtr.shape[0], step)]
+    val, test_correct, choice = (torch.cat(results) for results in zip(*parts))
+    return single, val, test_correct, lambdas, choice
+
+
+def _ridge_fit_chunk(Xtr, Xva, Xte, ytr, yva, yte, lambdas, classes, every_lambda):
+    """_ridge_fit for (R, n, p) float64 features: (val accuracy (R, L), test correctness, choice (R,))."""
     T = pm1_targets(ytr, classes)
     mean_x, mean_t = Xtr.mean(1, keepdim=True), T.mean(0)
     U, s, Vh = torch.linalg.svd(Xtr - mean_x, full_matrices=False)      # (R, n, k), (R, k), (R, k, p)
@@ -107,10 +126,10 @@ def _ridge_fit(train_X, train_y, val_X, val_y, test_X, test_y, lambdas, num_clas
     best = (val == val.max(1, keepdim=True).values).double() * torch.arange(1, len(lambdas) + 1)
     choice = best.argmax(1)
     if every_lambda:
-        return single, val, correct(Xte, yte), lambdas, choice
+        return val, correct(Xte, yte), choice
     chosen = coefficients[torch.arange(R), choice]                         # (R, k, C): the chosen lambda's only
     scores = ((Xte - mean_x) @ Vh.transpose(1, 2)) @ chosen                # (R, m, C)
-    return single, val, scores.argmax(-1) == yte, lambdas, choice
+    return val, scores.argmax(-1) == yte, choice
 
 
 def ridge_probe(train_X, train_y, val_X, val_y, test_X, test_y, lambdas=LAMBDAS, num_classes: int | None = None) -> dict:

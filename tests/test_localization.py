@@ -66,6 +66,46 @@ def test_maps_match_linear_cka_entry_by_entry(n):
         np.testing.assert_allclose(fast.numpy(), np.array(expected), atol=1e-5)
 
 
+def _direct_gram_maps(X, Y, debiased):
+    """The Gram form written out whole: every (n, n) Gram of both sides at once, U-centred out of place."""
+    def grams(A):
+        A = A.double() - A.double().mean(0)
+        G = torch.einsum("ntd,mtd->tnm", A, A)
+        if debiased:
+            n = G.shape[1]
+            G = G * (1 - torch.eye(n, dtype=G.dtype))
+            means = G.sum(1) / (n - 2)
+            means = means - means.sum(1, keepdim=True) / (2 * (n - 1))
+            G = (G - means[:, :, None] - means[:, None, :]) * (1 - torch.eye(n, dtype=G.dtype))
+        return G.reshape(len(G), -1)
+    GX, GY = grams(X), grams(Y)
+    return (GX @ GY.T) / (GX.norm(dim=1)[:, None] * GY.norm(dim=1)[None])
+
+
+@pytest.mark.parametrize("features_x, features_y, holds_patches", [(9, 3, False), (3, 9, True)])
+def test_gram_form_in_blocks_equals_the_whole_gram_stack(features_x, features_y, holds_patches):
+    # gram_gib fits 2 Grams: several blocks of the side held and chunks of 3 of the other, on either side
+    g, n = torch.Generator().manual_seed(3), 40
+    X, Y = torch.randn(n, 7, features_x, generator=g), torch.randn(n, 5, features_y, generator=g)
+    Y[:, 1, :3] += X[:, 4, :3]
+    two_grams = 2 * n * n * 8 / 2 ** 30
+    assert localization._gram_blocks(X, Y, n, 3, two_grams) == (holds_patches, 2)
+    for debiased in (False, True):
+        maps = localization.localization_maps(X, Y, debiased=debiased, chunk=3, form="grams", gram_gib=two_grams)
+        whole = localization.localization_maps(X, Y, debiased=debiased, form="grams")
+        expected = _direct_gram_maps(X, Y, debiased)
+        assert maps.shape == (7, 5) and maps.dtype == torch.float64
+        np.testing.assert_allclose(maps.numpy(), expected.numpy(), rtol=1e-12, atol=1e-14)  # float64 rounding only
+        np.testing.assert_allclose(whole.numpy(), expected.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_capture_fills_the_same_tokens_as_a_forward_pass():
+    images = _images(n=21)  # batches of 8, 8 and 5
+    tokens = localization.capture_tokens(PatchModel(4), images, ["blocks.0"], batch_size=8)["blocks.0"]
+    assert tokens.values.dtype == torch.float32 and tokens.values.shape == (21, 17, 48)
+    torch.testing.assert_close(tokens.spatial, localization.patch_grid(images, 4), rtol=0, atol=0)
+
+
 def test_cnn_tokens_are_channels_at_one_position_and_pool():
     conv = torch.nn.Sequential(torch.nn.Conv2d(3, 5, 1))
     images = _images(n=8, size=8)
