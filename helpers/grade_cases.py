@@ -68,6 +68,20 @@ def by_reference(name: str, reference_fn: Callable, atol: float = 1e-8) -> Calla
     return judge
 
 
+def _procrustes_reference(X, Y):
+    from helpers.measures import procrustes_similarity
+    return np.float64(procrustes_similarity(X, Y))
+
+
+def _procrustes_cases(rng) -> list:
+    """Exercise 17.1: different widths, a shifted and scaled copy, a rotated copy (which must give 1)."""
+    n, p = int(rng.integers(20, 40)), int(rng.integers(4, 8))
+    X = rng.normal(size=(n, p)) * np.linspace(2, 0.5, p)
+    rotation, _ = np.linalg.qr(rng.normal(size=(p, p)))
+    return [Case(f"{n} examples, {p} vs 3 features", (X, rng.normal(size=(n, 3)) + X[:, :3])),
+            Case("a shifted, scaled copy", (X, 3 * X + 5)), Case("a rotated copy", (X, X @ rotation))]
+
+
 # -- inputs
 
 def _features(rng, with_y: bool = True) -> list:
@@ -300,4 +314,5 @@ EXERCISES = {e.function: e for e in [
                                               Case("2 halves x 4 blocks", (rng.random((2, 4)), rng.random((2, 4))))],
              by_reference("gap_to_reference", lambda model, ref: np.asarray(ref, float) - np.asarray(model, float))),
     Exercise("block_structure", _block_cases, _judge_block_structure),
+    Exercise("procrustes_similarity", _procrustes_cases, by_reference("procrustes_similarity", _procrustes_reference)),
 ]}
