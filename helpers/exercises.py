@@ -152,6 +152,22 @@ def check_head_distances(fn):
     print("✔ head_distances matches helpers.attention.mean_attention_distance, CLS left out and rows renormalised.")
 
 
+def check_equal_brightness_answer(case: str, pixels: np.ndarray, got: np.ndarray) -> None:
+    """Raise AssertionError unless `got` is `pixels` moved to mean 127.5 by one shift, clipped to 0-255 (uint8).
+
+    Shared by the notebook's check and the grader (helpers.grade_cases), which judges a returned array.
+    """
+    if got.shape != pixels.shape or got.dtype != np.uint8:
+        raise AssertionError(f"{case}: expected a uint8 array of shape {pixels.shape}, got {got.dtype} {got.shape}.")
+    if abs(got.mean() - 127.5) >= 0.5:
+        raise AssertionError(f"{case}: mean {got.mean():.2f}, expected 127.5 within 0.5. Clipping moves the mean back: "
+                             "shift, clip, and repeat until it stays.")
+    inside = (got > 0) & (got < 255)
+    shift = got.astype(int) - pixels.astype(int)
+    if inside.any() and np.ptp(shift[inside]) > 1:
+        raise AssertionError(f"{case}: the picture changed by different amounts in different places; add one shift to every value.")
+
+
 def check_equal_brightness(fn):
     """fn(pixels) -> uint8 array of the same shape with mean brightness 127.5 (within 0.5), clipped to 0-255."""
     rng = np.random.default_rng(9)
@@ -162,16 +178,7 @@ def check_equal_brightness(fn):
         got = fn(pixels)
         if got is None:
             raise AssertionError("your function returned None: return the new picture.")
-        got = np.asarray(got)
-        if got.shape != pixels.shape or got.dtype != np.uint8:
-            raise AssertionError(f"{case}: expected a uint8 array of shape {pixels.shape}, got {got.dtype} {got.shape}.")
-        if abs(got.mean() - 127.5) >= 0.5:
-            raise AssertionError(f"{case}: mean {got.mean():.2f}, expected 127.5 within 0.5. Clipping moves the mean back: "
-                                 "shift, clip, and repeat until it stays.")
-        inside = (got > 0) & (got < 255)
-        shift = got.astype(int) - pixels.astype(int)
-        if inside.any() and np.ptp(shift[inside]) > 1:
-            raise AssertionError(f"{case}: the picture changed by different amounts in different places; add one shift to every value.")
+        check_equal_brightness_answer(case, pixels, np.asarray(got))
     print("✔ equal_brightness moves every picture to mean 127.5 by one shift, clipped to 0-255.")
 
 

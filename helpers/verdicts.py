@@ -161,7 +161,7 @@ def judge(claim: str, effects, intervals=None, spread=None, floor=None, floor_in
         return Verdict(claim, "not measured", effects, [], None, None, floor, "", seeds, measure,
                        "no noise estimate: too few images for an interval over subsamples, and no second run")
     noise = _noise(effects, intervals, spread)
-    shown = [e > z for e, z in zip(effects, noise)]
+    shown = [_shows(e, z, alike=False) for e, z in zip(effects, noise)]
     reversed_ = sum(e < -z for e, z in zip(effects, noise))
     tag = ""
     if floor is not None:
@@ -189,7 +189,7 @@ def judge_alike(claim: str, differences, intervals=None, spread=None, seeds=None
         return Verdict(claim, "not measured", differences, [], None, None, None, "", list(seeds or []), measure,
                        "no noise estimate: too few images for an interval over subsamples, and no second run", True)
     noise = _noise(differences, intervals, spread)
-    shown = sum(abs(d) <= z for d, z in zip(differences, noise))
+    shown = sum(_shows(d, z, alike=True) for d, z in zip(differences, noise))
     word = "opposite" if shown == 0 else _verdict_word(shown, 0, len(differences))
     return Verdict(claim, word, differences, noise, None if intervals is None else _check_numbers("intervals", intervals),
                    None if spread is None else float(spread), None, "", list(seeds or []), measure, note, alike=True)
