@@ -71,7 +71,7 @@ def test_the_rules_catch_what_crashed_and_pass_what_is_safe():
     assert unsafe_conversions(safe, notebook=True) == []
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "helpers").glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((ROOT / "helpers").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT / "helpers")))
 def test_helpers_convert_device_safely(path):
     found = unsafe_conversions(path.read_text(encoding="utf-8"), notebook=False)
     assert not found, f"{path.name}: tensor-to-numpy conversions that crash on a GPU (use .detach().cpu().numpy()): {found}"

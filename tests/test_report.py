@@ -213,7 +213,7 @@ def test_summary_shows_both_readings_the_floor_and_claims_only_what_both_agree_o
     """Issue 34: the all-token reading alone said 'lite-efficientnet is higher than lite-vit' (0.92 vs the ViT's 0.19),
     while the ViT's CLS token (what its head reads) has 0.83. Each comparison is now judged under both readings by
     helpers.verdicts, re-judged here from the written tables: a comparative sentence only where the verdicts agree."""
-    from helpers import report_controls as rc
+    from helpers.report import controls as rc
 
     text = (bundle / "SUMMARY.md").read_text()
     assert "so lite-efficientnet (blocks.4.1) is higher than lite-vit (block5)" not in text  # the old one-reading order
@@ -285,7 +285,7 @@ def test_image_statistics_audit_is_in_the_bundle(bundle):
     uses is the raw images' (the model's normalisation undone)."""
     from helpers import models
     from helpers.data import image_set, subset
-    from helpers.report_audit import image_statistics
+    from helpers.report.audit import image_statistics
 
     text = (bundle / "SUMMARY.md").read_text()
     for name in ("lite-vit", "lite-efficientnet"):

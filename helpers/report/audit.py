@@ -80,7 +80,7 @@ def statistics_cka(model, images, layers="blocks", policy: str = "all", batch_si
 def flags(parts: dict, has_labels: bool, names: dict, readings: dict) -> list:
     """Sentences naming, for each model and reading, the layers whose CKA with an image statistic is at least their
     CKA with the class labels (a description with its numbers: no verdict), and each layer's top-PC share."""
-    from helpers.report_controls import READING_WORDS, READINGS, suffix
+    from helpers.report.controls import READING_WORDS, READINGS, suffix
 
     out = []
     for w in ("a", "b"):
@@ -112,7 +112,7 @@ def flags(parts: dict, has_labels: bool, names: dict, readings: dict) -> list:
 def last_layer_flag(parts: dict, has_labels: bool, names: dict, readings: dict) -> str | None:
     """A sentence flagging the comparisons above when, under some reading, a compared last layer matches an image
     statistic at least as well as it matches the class labels (None when none does, or without labels)."""
-    from helpers.report_controls import READINGS, suffix
+    from helpers.report.controls import READINGS, suffix
 
     if not has_labels:
         return None

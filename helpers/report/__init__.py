@@ -1,0 +1,43 @@
+"""Compare any two models on your own images and write a report bundle for an appendix.
+
+    python -m helpers.report                                   # lite-vit vs lite-efficientnet on 'shapes', offline
+    python -m helpers.report vit_base_patch16_224.augreg_in1k resnet50.tv_in1k --images path/to/folder --out outputs/mine
+    python -m helpers.report resnet18 lite-vit --weights-a my_finetune.safetensors   # your own checkpoint
+
+What it computes (all with helpers.compare, streamed in minibatches): the CKA matrix within each
+model, the cross-model matrix A x B, matched depth (for each layer of B, the layer of A with the
+highest CKA), CKA with the class labels (when the images have labels), mean attention distances
+(for a model with attention), each CKA value with an interval from disjoint subsamples
+(helpers.intervals), and a summary whose every sentence is computed from the numbers written.
+Cross-model and label CKA are computed under two readings (each model's classifier reading and all
+tokens) and on the untrained twins (the floor); the comparisons are judged by helpers.verdicts in
+helpers.report.controls, which writes a comparative sentence only when both readings agree.
+--weights-a/-b load your own checkpoints (head kept), --reference-a/-b add a second checkpoint.
+
+What it writes into --out: figures/ (PNG, PDF, SVG), tables/ (CSV and NPZ of every matrix and
+curve), settings.json, METHODS.md, SUMMARY.md; cache/ holds each finished part, so a rerun with
+the same --out and settings loads them instead of recomputing.
+
+The stages, one module each (notebook 16_compare_your_models calls the same functions, imported here):
+
+    settings.py   Settings, the command line (settings_from_args), ReportError
+    loading.py    load_inputs: the models (your own weights kept), the images, the untrained twins
+    compute.py    compute: every CKA part with its subsamples, cached; matched depth and the curves
+    controls.py   the two readings, the untrained floor and the references, judged by helpers.verdicts
+    audit.py      the image-statistics audit (brightness, colour means, top principal component)
+    figures.py    one function per figure
+    text.py       SUMMARY.md's sentences, METHODS.md's paragraph, the references
+    pages.py      CAPTIONS.md and overview.html
+    bundle.py     write_bundle, run and main (python -m helpers.report)
+"""
+
+from helpers.report.settings import ReportError, Settings, build_parser, file_sha256, layers_arg, settings_from_args
+from helpers.report.loading import attention_plan, control_models, has_attention, load_images, load_inputs, load_model
+from helpers.report.compute import (RF_IMAGES, Part, cached, compute, curves, matched_depth, mean_off_diagonal,
+                                    thread_count, torch_threads)
+from helpers.report import audit, controls, pages
+from helpers.report.figures import (attention_figure, figures, heatmap_figure, label_cka_figure, matched_depth_figure,
+                                    receptive_field_figure)
+from helpers.report.text import (REFERENCES, command_line, methods_text, references, settings_record,
+                                 summary_sentences, versions)
+from helpers.report.bundle import OUTPUT_NAMES, main, remove_old_outputs, run, write_bundle

@@ -1,0 +1,131 @@
+"""Stage 6 of the report: write the bundle (tables, figures, settings.json, METHODS.md, SUMMARY.md, CAPTIONS.md,
+overview.html), and the command line that runs every stage: run() and main()."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from helpers.report.compute import Part, compute, curves
+from helpers.report.figures import _save, figures
+from helpers.report.loading import load_inputs
+from helpers.report.settings import ReportError, Settings, settings_from_args
+from helpers.report.text import methods_text, settings_record, summary_sentences
+
+
+def _fmt(x) -> str:
+    return "" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{float(x):.12g}"
+
+
+def _write_csv(path: Path, header: list, rows: list) -> Path:
+    import csv
+
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+def write_matrix_tables(part: Part, folder: Path) -> list:
+    """<name>.csv (one row per layer pair: cka, ci_low, ci_high) and <name>.npz (the same as arrays)."""
+    values, low, high = part.interval()
+    rows, cols = part.full.rows, part.full.cols
+    csv_rows = [[r, c, _fmt(values[i, j]), _fmt(low[i, j]), _fmt(high[i, j])]
+                for i, r in enumerate(rows) for j, c in enumerate(cols)]
+    paths = [_write_csv(folder / f"{part.name}.csv", ["row_layer", "col_layer", "cka", "ci_low", "ci_high"], csv_rows)]
+    np.savez(folder / f"{part.name}.npz", values=values, ci_low=low, ci_high=high, subsample_values=part.sub_values,
+             rows=np.array(rows, dtype=str), cols=np.array(cols, dtype=str))
+    return paths + [folder / f"{part.name}.npz"]
+
+
+def write_curve_tables(name: str, columns: dict, folder: Path) -> list:
+    """A curve (dict of equal-length columns) as <name>.csv and <name>.npz."""
+    header = list(columns)
+    n = len(next(iter(columns.values())))
+    rows = [[_fmt(columns[h][i]) if not isinstance(columns[h][i], str) else columns[h][i] for h in header] for i in range(n)]
+    _write_csv(folder / f"{name}.csv", header, rows)
+    np.savez(folder / f"{name}.npz", **{h: np.asarray(columns[h]) for h in header})
+    return [folder / f"{name}.csv", folder / f"{name}.npz"]
+
+
+OUTPUT_NAMES = tuple(f"{prefix}{name}{x}" for prefix in ("", "twin_", "ref_") for x in ("", "_head")
+                     for name in ("cross", "labels_a", "labels_b", "stats_a", "stats_b")) + (
+    "within_a", "within_b", "matched_depth", "label_cka", "label_cka_a", "label_cka_b", "cross_head",
+    "attention_distance_a", "attention_distance_b", "receptive_fields", "receptive_field_a", "receptive_field_b")
+
+
+def remove_old_outputs(out: Path) -> None:
+    """Delete figures and tables an earlier run wrote (only the report's own file names), so none is left stale."""
+    for folder in (out / "figures", out / "tables"):
+        for path in folder.glob("*"):
+            if path.stem in OUTPUT_NAMES and path.suffix in (".png", ".pdf", ".svg", ".csv", ".npz"):
+                path.unlink()
+
+
+def write_bundle(results: dict, settings: Settings) -> list:
+    """Write figures/, tables/, settings.json, METHODS.md and SUMMARY.md into settings.out; returns the paths."""
+    import matplotlib.pyplot as plt
+
+    out = Path(settings.out)
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    (out / "tables").mkdir(parents=True, exist_ok=True)
+    remove_old_outputs(out)
+    written = []
+    for part in results["parts"].values():
+        written += write_matrix_tables(part, out / "tables")
+    for name, columns in curves(results).items():
+        written += write_curve_tables(name, columns, out / "tables")
+    names = []
+    for name, fig in figures(results, settings).items():
+        written += _save(fig, name, out / "figures")
+        names.append(name)
+        plt.close(fig)
+    (out / "settings.json").write_text(json.dumps(settings_record(results, settings), indent=2, default=str))
+    (out / "METHODS.md").write_text(methods_text(results, settings))
+    from helpers.report.controls import readings_table
+    from helpers.report.pages import captions_markdown, overview_html
+
+    lines = summary_sentences(results, settings)
+    summary = "\n".join(f"- {line}" for line in lines)
+    table = readings_table(results["parts"], results["has_labels"], settings.model_a, settings.model_b, settings.level)
+    (out / "SUMMARY.md").write_text(f"# Summary: {settings.model_a} vs {settings.model_b}\n\n{summary}\n\n"
+                                    f"## Both readings beside their untrained twins\n\nValues ± half-widths of "
+                                    f"{settings.level:.0%} intervals from the disjoint subsamples.\n\n{table}\n")
+    (out / "CAPTIONS.md").write_text(captions_markdown(results, settings, names))
+    (out / "overview.html").write_text(overview_html(results, settings, lines, table, names))
+    return written + [out / name for name in ("settings.json", "METHODS.md", "SUMMARY.md", "CAPTIONS.md", "overview.html")]
+
+
+def run(settings: Settings, progress: bool = True) -> dict:
+    """Load, compute (resuming from <out>/cache) and write the bundle; returns the results, with 'files'."""
+    start = time.time()
+    model_a, model_b, images, plan = load_inputs(settings)
+    results = compute(settings, model_a, model_b, images, plan, progress=progress)
+    results["files"] = write_bundle(results, settings)
+    results["seconds"] = round(time.time() - start, 1)
+    return results
+
+
+def main(argv=None) -> int:
+    """The command line (python -m helpers.report --help). Returns the exit status: 0, or 2 on bad input."""
+    settings = settings_from_args(argv)
+    try:
+        results = run(settings)
+    except ReportError as error:
+        print(f"helpers.report: error: {error}", file=sys.stderr)
+        return 2
+    loaded = [line for line in results["log"] if "loaded" in line]
+    if loaded:
+        print(f"Resumed: {len(loaded)} finished part(s) loaded from {Path(settings.out) / 'cache'}, not recomputed.")
+    for line in results["log"]:
+        if "recomputed" in line:
+            print(f"Note: {line}")
+    print(f"Wrote {len(results['files'])} files to {settings.out} in {results['seconds']} s "
+          "(overview.html, figures/, tables/, settings.json, METHODS.md, SUMMARY.md, CAPTIONS.md).")
+    print((Path(settings.out) / "SUMMARY.md").read_text())
+    return 0

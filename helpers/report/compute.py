@@ -1,0 +1,279 @@
+"""Stage 3 of the report: every CKA matrix (with its subsamples), attention distances and receptive fields, each
+cached under <out>/cache so that a rerun resumes; then the numbers derived from them (matched depth, curves)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from helpers import intervals, zoo
+from helpers.data import subset
+from helpers.report.loading import control_models, has_attention
+from helpers.report.settings import ReportError, Settings, layers_arg
+
+
+@dataclass
+class Part:
+    """One CKA result: the full-data matrix, and the same matrix on each disjoint subsample."""
+
+    name: str
+    full: object                                   # CKAMatrix
+    subsamples: list = field(default_factory=list)  # CKAMatrix per subsample
+    level: float = 0.9
+
+    @property
+    def sub_values(self) -> np.ndarray:
+        """(R, rows, cols) values on the subsamples (R = 0 without intervals)."""
+        return np.stack([s.values for s in self.subsamples]) if self.subsamples else np.zeros((0,) + self.full.values.shape)
+
+    def interval_of(self, statistic):
+        """(value, low, high) of statistic(values matrix) -> number or array; low = high = NaN without subsamples."""
+        value = np.asarray(statistic(self.full.values), dtype=np.float64)
+        if len(self.subsamples) < 2:
+            return value, np.full_like(value, np.nan), np.full_like(value, np.nan)
+        low, high = intervals.subsample_interval(value, [statistic(s.values) for s in self.subsamples], self.level)
+        return value, low, high
+
+    def interval(self):
+        """(values, low, high) for every cell of the matrix."""
+        return self.interval_of(lambda v: v)
+
+
+def cached(path: Path, fingerprint: str, compute, log):
+    """Load the CKAMatrix at `path` when it was computed with the same settings, else compute and save it."""
+    from helpers.minibatch_cka import CKAMatrix
+
+    if path.exists():
+        try:
+            old = CKAMatrix.load(path)
+            if old.meta.get("fingerprint") == fingerprint:
+                log.append(f"{path.name}: loaded (finished earlier)")
+                return old
+            log.append(f"{path.name}: recomputed (it was made with other settings)")
+        except ValueError:
+            log.append(f"{path.name}: recomputed (the saved file could not be read)")
+    result = compute()
+    result.meta["fingerprint"] = fingerprint
+    result.save(path)
+    return result
+
+
+def _jobs(settings: Settings, model_a, model_b, images, controls: dict | None = None):
+    """[(part name, function(ImageSet) -> CKAMatrix)] for everything the report computes with CKA.
+
+    Cross-model and label CKA under both readings (suffix '_head': the classifier reading; none: --policy, all
+    tokens by default), for the trained models, their untrained twins ('twin_') and the references ('ref_').
+    """
+    from helpers.compare import cka_matrix, label_cka
+    from helpers.report.controls import classifier_policy
+
+    s, la, lb = settings, layers_arg(settings.layers_a), layers_arg(settings.layers_b)
+    common = dict(batch_size=s.batch_size, progress=False)
+    jobs = [("within_a", lambda im: cka_matrix(model_a, im, la, policy_a=s.policy_a, **common)),
+            ("within_b", lambda im: cka_matrix(model_b, im, lb, policy_a=s.policy_b, **common))]
+    from helpers.report.audit import statistics_cka
+
+    sets = [("", model_a, model_b)] + [(f"{k}_", ma, mb) for k, (ma, mb) in (controls or {}).items()]
+    for w, m, layers in (("a", model_a, la), ("b", model_b, lb)):  # the image-statistics audit (helpers.report.audit)
+        for x, policy in (("", getattr(s, f"policy_{w}")), ("_head", classifier_policy(m))):
+            jobs.append((f"stats_{w}{x}", lambda im, m=m, layers=layers, policy=policy: statistics_cka(
+                m, im, layers, policy=policy, batch_size=s.batch_size)))
+    for prefix, ma, mb in sets:
+        readings = {"": (s.policy_a, s.policy_b), "_head": (classifier_policy(ma), classifier_policy(mb))}
+        for x, (pa, pb) in readings.items():
+            jobs.append((f"{prefix}cross{x}", lambda im, ma=ma, mb=mb, pa=pa, pb=pb: cka_matrix(
+                ma, im, la, model_b=mb, layers_b=lb, policy_a=pa, policy_b=pb, **common)))
+            if images.labels is not None:
+                jobs += [(f"{prefix}labels_a{x}", lambda im, ma=ma, pa=pa: label_cka(ma, im, la, policy=pa, **common)),
+                         (f"{prefix}labels_b{x}", lambda im, mb=mb, pb=pb: label_cka(mb, im, lb, policy=pb, **common))]
+    return jobs
+
+
+def thread_count(settings: Settings, model_a, model_b) -> int:
+    """The torch CPU threads to use: --threads, or for 0 one thread when both models are lite models on the CPU."""
+    import torch
+
+    if settings.threads > 0:
+        return settings.threads
+    on_cpu = all(next(m.parameters()).device.type == "cpu" for m in (model_a, model_b))
+    lite = settings.model_a in zoo.ZOO and settings.model_b in zoo.ZOO
+    return 1 if on_cpu and lite else torch.get_num_threads()
+
+
+@contextmanager
+def torch_threads(n: int):
+    """torch.set_num_threads(n) inside the block, the caller's setting restored after."""
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
+def compute(settings: Settings, model_a, model_b, images, plan: dict, progress: bool = True) -> dict:
+    """Every result of the report (see _compute), with torch's CPU threads set by thread_count."""
+    with torch_threads(thread_count(settings, model_a, model_b)):
+        return _compute(settings, model_a, model_b, images, plan, progress)
+
+
+def _compute(settings: Settings, model_a, model_b, images, plan: dict, progress: bool = True) -> dict:
+    """Every result of the report: {'parts': {name: Part}, 'attention': {...}, 'log': [...], 'n_images': N}.
+
+    Each matrix (full data and each subsample) is cached under <out>/cache and loaded on a rerun.
+    """
+    from tqdm.auto import tqdm
+
+    from helpers.report.controls import classifier_policy
+
+    cache = Path(settings.out) / "cache"
+    fp, log = settings.fingerprint(), []
+    parts_idx = intervals.disjoint_subsamples(len(images), settings.repeats, settings.seed) if settings.repeats else []
+    try:
+        controls = control_models(settings, model_a, model_b)
+    except (ValueError, TypeError, RuntimeError) as error:
+        raise ReportError(f"The untrained twins or references could not be built: {error}") from None
+    jobs = _jobs(settings, model_a, model_b, images, controls)
+    # image set outermost, so that each model runs once per image set: the jobs after its first reuse its
+    # Grams (helpers.gram_cache), which are kept for the same ImageSet object only
+    image_sets = [images] + [subset(images, part) for part in parts_idx]
+    steps = [(name, k, fn) for k in range(-1, len(parts_idx)) for name, fn in jobs]
+    parts = {name: Part(name, None, [], settings.level) for name, _ in jobs}
+    try:
+        for name, k, fn in tqdm(steps, desc="CKA parts", disable=not progress):
+            where = cache / (f"{name}.npz" if k < 0 else f"{name}_sub{k:02d}.npz")
+            result = cached(where, fp, (lambda fn=fn, k=k: fn(image_sets[k + 1])), log)
+            if k < 0:
+                parts[name].full = result
+            else:
+                parts[name].subsamples.append(result)
+        attention = {w: cached_attention(settings, w, m, images, cache, log) if plan[w] else None
+                     for w, m in (("a", model_a), ("b", model_b))}
+        fields = {w: cached_receptive_fields(settings, w, m, images, cache, log) for w, m in (("a", model_a), ("b", model_b))}
+    except (ValueError, TypeError, KeyError) as error:
+        raise ReportError(f"{error}") from None
+    return {"parts": parts, "attention": attention, "receptive_fields": fields, "log": log, "n_images": len(images),
+            "images_name": images.name,
+            "has_labels": images.labels is not None, "plan": plan,
+            "attention_exists": {"a": has_attention(model_a), "b": has_attention(model_b)},
+            "readings": {w: {"head": classifier_policy(m), "tokens": getattr(settings, f"policy_{w}")}
+                         for w, m in (("a", model_a), ("b", model_b))},
+            "model_classes": {"a": type(model_a).__name__, "b": type(model_b).__name__}}
+
+
+def cached_arrays(path: Path, fingerprint: str, n_images: int, compute, log) -> dict:
+    """{name: numpy array} saved at `path` by an earlier run with the same settings and image count,
+    else compute() (a dict of arrays), saved there with both and returned."""
+    if path.exists():
+        with np.load(path, allow_pickle=False) as f:
+            if str(f["fingerprint"]) == fingerprint and int(f["n_images"]) == n_images:
+                log.append(f"{path.name}: loaded (finished earlier)")
+                return {k: f[k] for k in f.files if k not in ("fingerprint", "n_images")}
+    arrays = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, **arrays, n_images=n_images, fingerprint=np.array(fingerprint))
+    return arrays
+
+
+def cached_attention(settings: Settings, which: str, model, images, cache: Path, log) -> dict:
+    """{'distances': (blocks, heads) px, 'uniform': px of a uniform head, 'n_images': n}, cached as an .npz.
+
+    Uses the first --attention-count images (helpers.attention.attention_distance_table streams them).
+    """
+    from helpers.attention import attention_distance_table, uniform_attention_distance
+
+    n = min(len(images), settings.attention_count)
+
+    def compute():
+        size = model.patch_embed.patch_size
+        patch = int(size[0] if isinstance(size, (tuple, list)) else size)
+        return {"distances": attention_distance_table(model, subset(images, range(n)), batch_size=min(64, settings.batch_size)),
+                "uniform": np.array(uniform_attention_distance(int(round(model.patch_embed.num_patches ** 0.5)), patch))}
+
+    arrays = cached_arrays(cache / f"attention_{which}.npz", settings.fingerprint(), n, compute, log)
+    return {"distances": arrays["distances"], "uniform": float(arrays["uniform"]), "n_images": n}
+
+
+RF_IMAGES = 32  # images for the receptive fields, as in the paper (Fig. 6)
+
+
+def cached_receptive_fields(settings: Settings, which: str, model, images, cache: Path, log) -> dict:
+    """{'layers', 'radius_px' (L,), 'uniform_px', 'n_images'}: each recorded layer's effective receptive field
+    (helpers.receptive_fields: |d centre output / d input|, channels summed) summarised by the radius around its
+    centre of mass that holds half the gradient; the first 32 images; cached as an .npz. A model whose layers
+    have no spatial centre (outputs neither (B, N, D) tokens nor (B, C, H, W) maps) gets {'error': why}.
+    """
+    from helpers.data import batches
+    from helpers.receptive_fields import mass_radius, receptive_fields, uniform_mass_radius
+
+    n = min(len(images), RF_IMAGES)
+
+    def compute():
+        x = next(batches(subset(images, range(n)), model, n))
+        maps = receptive_fields(model, x, layers=layers_arg(getattr(settings, f"layers_{which}"))).maps
+        return {"layers": np.array(list(maps)), "radius_px": np.array([mass_radius(m) for m in maps.values()]),
+                "uniform_px": np.array(uniform_mass_radius(*x.shape[-2:]))}
+
+    try:
+        arrays = cached_arrays(cache / f"receptive_fields_{which}.npz", settings.fingerprint(), n, compute, log)
+    except (ValueError, RuntimeError) as error:
+        log.append(f"receptive fields of model {which.upper()}: not computed ({error})")
+        return {"error": str(error)}
+    return {"layers": [str(x) for x in arrays["layers"]], "radius_px": arrays["radius_px"],
+            "uniform_px": float(arrays["uniform_px"]), "n_images": n}
+
+
+def matched_depth(part: Part) -> dict:
+    """For each layer of B (column j), the layer of A with the highest CKA: index, name, value with interval.
+
+    agreement: the fraction of subsamples whose best match is the same layer (NaN without subsamples).
+    """
+    values = part.full.values
+    best = values.argmax(axis=0)                        # (Lb,)
+    cka, low, high = part.interval_of(lambda v: v.max(axis=0))
+    subs = part.sub_values
+    agreement = (subs.argmax(axis=1) == best[None]).mean(0) if len(subs) else np.full(len(best), np.nan)
+    return {"b_layer": list(part.full.cols), "a_index": best, "a_layer": [part.full.rows[i] for i in best],
+            "cka": cka, "ci_low": low, "ci_high": high, "agreement": agreement}
+
+
+def mean_off_diagonal(values: np.ndarray) -> float:
+    """The mean of a square matrix's off-diagonal entries: how alike a model's layers are overall."""
+    mask = ~np.eye(len(values), dtype=bool)
+    return float(values[mask].mean())
+
+
+def curves(results: dict) -> dict:
+    """{name: columns} of every curve: matched depth, CKA with the labels, attention distances."""
+    parts, out = results["parts"], {}
+    m = matched_depth(parts["cross"])
+    out["matched_depth"] = {"b_layer": m["b_layer"], "b_index": list(range(len(m["b_layer"]))), "matched_a_layer": m["a_layer"],
+                            "matched_a_index": list(m["a_index"]), "cka": m["cka"], "ci_low": m["ci_low"],
+                            "ci_high": m["ci_high"], "subsample_agreement": m["agreement"]}
+    for w in ("a", "b"):
+        if f"labels_{w}" in parts:
+            p = parts[f"labels_{w}"]
+            v, lo, hi = p.interval()
+            n = len(p.full.rows)
+            out[f"label_cka_{w}"] = {"layer": list(p.full.rows), "index": list(range(n)),
+                                     "relative_depth": [i / max(1, n - 1) for i in range(n)],
+                                     "cka": v[:, 0], "ci_low": lo[:, 0], "ci_high": hi[:, 0]}
+        rf = results.get("receptive_fields", {}).get(w)
+        if rf and "error" not in rf:
+            n = len(rf["layers"])
+            out[f"receptive_field_{w}"] = {"layer": rf["layers"], "index": list(range(n)),
+                                           "relative_depth": [i / max(1, n - 1) for i in range(n)],
+                                           "radius_50_px": rf["radius_px"], "uniform_image_px": [rf["uniform_px"]] * n}
+        att = results["attention"][w]
+        if att is not None:
+            d = att["distances"]
+            out[f"attention_distance_{w}"] = {"block": [b for b in range(d.shape[0]) for _ in range(d.shape[1])],
+                                              "head": [h for _ in range(d.shape[0]) for h in range(d.shape[1])],
+                                              "distance_px": d.reshape(-1),
+                                              "uniform_head_px": [att["uniform"]] * d.size}
+    return out

@@ -1,0 +1,76 @@
+"""Stage 2 of the report: the two models (with local weights when given), their untrained twins and references,
+and the images, all checked before anything is computed."""
+
+from __future__ import annotations
+
+from helpers import models
+from helpers.report.settings import ReportError, Settings
+
+
+def load_model(name: str, which: str, weights=None):
+    """A model by name (helpers.models.load, which suggests close names on a typo), with the weights of a local
+    file when given (its classifier head kept); errors name the argument."""
+    try:
+        return models.load(name) if weights is None else models.load(name, weights=weights)
+    except (ValueError, FileNotFoundError, TypeError, models.WeightsUnavailableError) as error:
+        raise ReportError(f"Model {which} ('{name}'): {error}") from None
+
+
+def load_images(settings: Settings):
+    """The image set of --images/--count; an empty or missing folder is a ReportError that says what to do."""
+    from helpers.data import image_set
+
+    if settings.count is not None and settings.count < 4:
+        raise ReportError(f"--count {settings.count}: CKA needs at least 4 images (use 500+ for stable values).")
+    try:
+        return image_set(settings.images, count=settings.count)
+    except (ValueError, FileNotFoundError, RuntimeError, TypeError, PermissionError) as error:
+        raise ReportError(f"--images {settings.images}: {error}") from None
+
+
+def has_attention(model) -> bool:
+    """True for a model with timm Attention modules (what helpers.attention needs)."""
+    return any(hasattr(m, "fused_attn") and hasattr(m, "attn_drop") for m in model.modules())
+
+
+def attention_plan(settings: Settings, model_a, model_b) -> dict:
+    """{'a': bool, 'b': bool}: which models get attention distances; asking for one without attention is an error."""
+    asked = {"auto": "", "none": "", "a": "a", "b": "b", "both": "ab"}[settings.attention]
+    plan = {}
+    for which, model, name in (("a", model_a, settings.model_a), ("b", model_b, settings.model_b)):
+        if which in asked and not has_attention(model):
+            raise ReportError(f"--attention {settings.attention}: model {which.upper()} ('{name}', {type(model).__name__}) "
+                              "has no attention layers, so it has no attention distances. Use --attention auto (every "
+                              "model that has attention) or ask only for a ViT.")
+        plan[which] = settings.attention != "none" and has_attention(model) and (settings.attention == "auto" or which in asked)
+    return plan
+
+
+def load_inputs(settings: Settings):
+    """(model_a, model_b, images, attention plan), all checked before anything is computed."""
+    if settings.repeats == 1 or settings.repeats < 0:
+        raise ReportError(f"--repeats {settings.repeats}: give 0 (no intervals) or at least 2 subsamples (the paper used 20).")
+    if settings.batch_size < 4:
+        raise ReportError(f"--batch-size {settings.batch_size}: give at least 4 images per batch (128-256 are typical).")
+    if not 0 < settings.level < 1:
+        raise ReportError(f"--level {settings.level}: give a coverage between 0 and 1, e.g. 0.9.")
+    model_a, model_b = load_model(settings.model_a, "A", settings.weights_a), load_model(settings.model_b, "B", settings.weights_b)
+    plan = attention_plan(settings, model_a, model_b)
+    images = load_images(settings)
+    if settings.repeats and len(images) // settings.repeats < 20:
+        raise ReportError(f"{len(images)} images in {settings.repeats} subsamples give {len(images) // settings.repeats} "
+                          "images each: use fewer --repeats, more --count, or --repeats 0 (no intervals).")
+    return model_a, model_b, images, plan
+
+
+def control_models(settings: Settings, model_a, model_b) -> dict:
+    """{'twin': (A's untrained twin, B's), 'ref': (reference of A or A, reference of B or B)}; 'ref' only when a
+    --reference is given. The twins share the architecture and are seeded by --seed."""
+    from helpers.report.controls import untrained_twin
+
+    out = {"twin": (untrained_twin(settings.model_a, model_a, settings.seed),
+                    untrained_twin(settings.model_b, model_b, settings.seed + 1))}
+    if settings.reference_a or settings.reference_b:
+        out["ref"] = (load_model(settings.model_a, "A (--reference-a)", settings.reference_a) if settings.reference_a else model_a,
+                      load_model(settings.model_b, "B (--reference-b)", settings.reference_b) if settings.reference_b else model_b)
+    return out

@@ -1,0 +1,277 @@
+"""Stage 5 of the report: the words, each computed from the numbers: SUMMARY.md's sentences, METHODS.md's
+paragraph (what was loaded, how CKA and its intervals were estimated), the references, settings.json."""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from helpers import models, zoo
+from helpers.course import shown_path
+from helpers.report.compute import mean_off_diagonal
+from helpers.report.settings import Settings, file_sha256
+
+REFERENCES = [
+    "Raghu, M., Unterthiner, T., Kornblith, S., Zhang, C., & Dosovitskiy, A. (2021). Do Vision Transformers See "
+    "Like Convolutional Neural Networks? NeurIPS 34. arXiv:2108.08810.",
+    "Kornblith, S., Norouzi, M., Lee, H., & Hinton, G. (2019). Similarity of Neural Network Representations "
+    "Revisited. ICML. arXiv:1905.00414.",
+    "Nguyen, T., Raghu, M., & Kornblith, S. (2021). Do Wide and Deep Networks Learn the Same Things? Uncovering "
+    "How Neural Network Representations Vary with Width and Depth. ICLR. arXiv:2010.15327.",
+]
+
+
+# The estimator's unbiased HSIC, and each model family the report may compare: cited when a compared model is one.
+HSIC_REFERENCE = ("Song, L., Smola, A., Gretton, A., Bedo, J., & Borgwardt, K. (2012). Feature Selection via Dependence "
+                  "Maximization. JMLR 13, 1393-1434 (the unbiased HSIC estimator).")
+FAMILY_REFERENCES = {
+    "VisionTransformer": "Dosovitskiy, A., et al. (2021). An Image is Worth 16x16 Words: Transformers for Image Recognition "
+                         "at Scale. ICLR. arXiv:2010.11929.",
+    "deit": "Touvron, H., et al. (2021). Training data-efficient image transformers & distillation through attention. ICML. "
+            "arXiv:2012.12877.",
+    "ResNet": "He, K., Zhang, X., Ren, S., & Sun, J. (2016). Deep Residual Learning for Image Recognition. CVPR. "
+              "arXiv:1512.03385.",
+    "EfficientNet": "Tan, M., & Le, Q. V. (2019). EfficientNet: Rethinking Model Scaling for Convolutional Neural Networks. "
+                    "ICML. arXiv:1905.11946.",
+    "ConvNeXt": "Liu, Z., Mao, H., Wu, C.-Y., Feichtenhofer, C., Darrell, T., & Xie, S. (2022). A ConvNet for the 2020s. "
+                "CVPR. arXiv:2201.03545.",
+    "SwinTransformer": "Liu, Z., et al. (2021). Swin Transformer: Hierarchical Vision Transformer using Shifted Windows. "
+                       "ICCV. arXiv:2103.14030.",
+    "MlpMixer": "Tolstikhin, I., et al. (2021). MLP-Mixer: An all-MLP Architecture for Vision. NeurIPS. arXiv:2105.01601.",
+}
+
+
+def references(results: dict, settings) -> list:
+    """REFERENCES, the unbiased-HSIC paper, and the paper of each compared model's family."""
+    out = REFERENCES + [HSIC_REFERENCE]
+    for w in ("a", "b"):
+        family = results["model_classes"][w]
+        key = "deit" if getattr(settings, f"model_{w}").startswith("deit") else family
+        if key in FAMILY_REFERENCES and FAMILY_REFERENCES[key] not in out:
+            out.append(FAMILY_REFERENCES[key])
+    return out
+
+
+def _v(value, low, high) -> str:
+    """'0.62 [0.58, 0.66]', or '0.62' without an interval."""
+    if np.isnan(low):
+        return f"{float(value):.2f}"
+    return f"{float(value):.2f} [{float(low):.2f}, {float(high):.2f}]"
+
+
+READING_LABEL = {"head": "classifier reading", "tokens": "all-token reading"}
+
+
+def _reading_names(results: dict, reading: str) -> str:
+    """'classifier reading (A: cls, B: mean)'."""
+    pol = results["readings"]
+    return f"{READING_LABEL[reading]} (A: {pol['a'][reading]}, B: {pol['b'][reading]})"
+
+
+def summary_sentences(results: dict, settings: Settings) -> list:
+    """The summary, one computed sentence per item (SUMMARY.md)."""
+    parts, A, B = results["parts"], settings.model_a, settings.model_b
+    s, R = [], settings.repeats
+    iv = (f"{settings.level:.0%} intervals from {R} disjoint subsamples of {results['n_images'] // R} images each"
+          if R else "no intervals (--repeats 0)")
+    s.append(f"All numbers come from {results['n_images']} images of '{results['images_name']}', minibatches of "
+             f"{settings.batch_size}; brackets are {iv} (image sampling only, not other training runs).")
+    from helpers.report import controls as rc
+
+    uni = {w: parts[f"within_{w}"].interval_of(mean_off_diagonal) for w in ("a", "b")}
+    s.append(f"Mean CKA between different layers of the same model ({_reading_names(results, 'tokens')}): {A} "
+             f"{_v(*uni['a'])}, {B} {_v(*uni['b'])} (a description of each model, not a comparison: no order is claimed).")
+    s.append(f"The untrained twins (the same architectures with random weights, seed {settings.seed}) are the floor of "
+             "every comparison below; " + ("the reference checkpoints give the run-to-run spread." if "ref_cross" in parts
+                                          else "no reference checkpoints were given (--reference-a/-b), so the only noise "
+                                               "is the image sampling, not a second training run."))
+    for r in rc.READINGS:
+        x = rc.suffix(r)
+        cross = parts[f"cross{x}"]
+        values, low, high = cross.interval()
+        rows, cols = cross.full.rows, cross.full.cols
+        i, j = np.unravel_index(values.argmax(), values.shape)
+        twin = parts[f"twin_cross{x}"].full.values
+        s.append(f"Cross-model CKA under the {_reading_names(results, r)}: first layers ({rows[0]}, {cols[0]}) "
+                 f"{_v(values[0, 0], low[0, 0], high[0, 0])} (untrained twins {twin[0, 0]:.2f}); last layers ({rows[-1]}, "
+                 f"{cols[-1]}) {_v(values[-1, -1], low[-1, -1], high[-1, -1])} (twins {twin[-1, -1]:.2f}); the most similar "
+                 f"pair is {rows[i]} with {cols[j]}, {_v(values[i, j], low[i, j], high[i, j])} (twins {twin[i, j]:.2f}).")
+    judgements = rc.judged(parts, results["has_labels"], settings.level)
+    last = {"a": parts["cross"].full.rows[-1], "b": parts["cross"].full.cols[-1]}
+    s += rc.sentences(judgements, A, B, last)
+    from helpers.report.audit import flags, last_layer_flag
+
+    flag = last_layer_flag(parts, results["has_labels"], {"a": A, "b": B}, results["readings"])
+    s += ([flag] if flag else []) + flags(parts, results["has_labels"], {"a": A, "b": B}, results["readings"])
+    if results["has_labels"]:
+        for w, name in (("a", A), ("b", B)):
+            for r in rc.READINGS:
+                p = parts[f"labels_{w}{rc.suffix(r)}"]
+                k = int(p.full.values[:, 0].argmax())
+                twin = parts[f"twin_labels_{w}{rc.suffix(r)}"].full.values[k, 0]
+                s.append(f"In {name} under the {READING_LABEL[r]} ({results['readings'][w][r]}), the class labels are most "
+                         f"visible at {p.full.rows[k]} (layer {k + 1} of {len(p.full.rows)}, CKA "
+                         f"{_v(*(x[k, 0] for x in p.interval()))}; untrained twin {twin:.2f}).")
+    else:
+        s.append("The images have no class labels, so CKA with the labels is not computed.")
+    for w, name in (("a", A), ("b", B)):
+        rf = results.get("receptive_fields", {}).get(w)
+        if not rf or "error" in rf:
+            s.append(f"Receptive fields of {name}: not computed ({(rf or {}).get('error', 'not asked for')}).")
+            continue
+        r = rf["radius_px"]
+        s.append(f"Half of the receptive field of {name} lies within {r[0]:.1f} px of its centre at the first recorded "
+                 f"layer ({rf['layers'][0]}) and within {r[-1]:.1f} px at the last ({rf['layers'][-1]}); a field spread "
+                 f"over the whole image would need {rf['uniform_px']:.1f} px (first {rf['n_images']} images, one "
+                 "reading without an interval).")
+    for w, name in (("a", A), ("b", B)):
+        att = results["attention"][w]
+        if att is None:
+            why = "it has no attention layers" if not results["attention_exists"][w] else f"not asked for: --attention {settings.attention}"
+            s.append(f"Attention distances of {name}: not applicable ({why}).")
+            continue
+        d, u = att["distances"], att["uniform"]
+        local = int((d < u / 2).sum())
+        s.append(f"In {name} the mean attention distance over heads is {d[0].mean():.1f} px in the first block and "
+                 f"{d[-1].mean():.1f} px in the last (a uniform head: {u:.1f} px); {local} of {d.size} heads attend "
+                 f"within half the uniform distance (first {att['n_images']} images).")
+    return s
+
+
+def _weights(name: str, path=None) -> str:
+    """Where a model's weights come from, in words, for METHODS.md: a local file (with its SHA-256), a lite-zoo
+    member, or a published timm tag."""
+    if path is not None:
+        heads = models.file_head_classes(name, path)
+        head = f"its own {heads}-class classifier head kept" if heads else "no classifier head in the file"
+        return (f"timm architecture '{name.split('.')[0]}' with the weights of the local file {Path(path).name} "
+                f"(SHA-256 {file_sha256(path)}; {head}), not published pretrained weights")
+    if name in zoo.ZOO:
+        try:
+            card = models.lite_card(name)
+        except FileNotFoundError:
+            return f"the course's lite model '{name}' (helpers/zoo.py recipe; no model card found)"
+        acc = card.get("test_accuracy")
+        acc_text = f", test accuracy {acc:.3f} on {card.get('test_images', '?')} held-out shapes images" if acc else ""
+        return (f"the course's lite model '{name}' ({card.get('architecture', 'timm model')}, "
+                f"{card.get('parameters', 0):,} parameters, trained by `{card.get('command', 'helpers.train')}`"
+                f"{acc_text}; weights data/models/{name}.safetensors)")
+    if "." in name:
+        return f"timm model '{name}' with its published pretrained weights (tag '{name.split('.', 1)[1]}')"
+    return f"timm model '{name}' with timm's default published pretrained weights for that architecture"
+
+
+def versions() -> dict:
+    import matplotlib
+    import timm
+    import torch
+
+    import subprocess
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).parent, timeout=5).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        commit = "unknown"
+    return {"python": platform.python_version(), "torch": torch.__version__, "timm": timm.__version__,
+            "numpy": np.__version__, "matplotlib": matplotlib.__version__, "course_commit": commit}
+
+
+POLICY_WORDS = {"all": "every token (or spatial position) flattened into one vector per image",
+                "cls": "the class (CLS) token only", "spatial": "the patch tokens only, flattened",
+                "mean": "the average over tokens (or spatial positions)"}
+
+
+def command_line(settings: Settings) -> str:
+    """The command that reproduces this report."""
+    s, d = settings, Settings()
+    parts = ["python -m helpers.report", s.model_a, s.model_b, "--images", s.images, "--count", str(s.count or 0)]
+    for key in ("layers_a", "layers_b", "policy_a", "policy_b", "batch_size", "repeats", "level", "attention",
+                "attention_count", "seed", "threads", "weights_a", "weights_b", "reference_a", "reference_b"):
+        if getattr(s, key) != getattr(d, key):
+            parts += [f"--{key.replace('_', '-')}", str(getattr(s, key))]
+    return " ".join(parts + ["--out", shown_path(s.out)])
+
+
+def _layer_list(resolved: dict) -> str:
+    """'block0 = blocks.0, ...' (label = module) from a CKAMatrix's resolved layers; the module alone when they agree."""
+    return ", ".join(label if label == module else f"{label} = {module}" for label, module in resolved.items())
+
+
+def methods_text(results: dict, settings: Settings) -> str:
+    """METHODS.md: a paragraph to paste into an appendix, the settings in brief, and the references."""
+    s, parts, v = settings, results["parts"], versions()
+    res = {w: parts["cross"].full.meta.get(f"resolved_layers_{w}", {}) for w in ("a", "b")}
+    n, R = results["n_images"], s.repeats
+    labels = "with class labels" if results["has_labels"] else "without class labels"
+    paragraph = (
+        f"We compared the internal representations of {s.model_a} (model A: {_weights(s.model_a, s.weights_a)}) and {s.model_b} "
+        f"(model B: {_weights(s.model_b, s.weights_b)}) with linear centred kernel alignment (CKA; Kornblith et al., 2019), following "
+        f"Raghu et al. (2021). Both models saw the same {n} images from '{results['images_name']}' ({labels}), each "
+        f"preprocessed with the model's own configuration (timm's resolve_data_config: resize, crop, mean and standard "
+        f"deviation). We recorded {len(res['a'])} layers of A ('{s.layers_a}': {_layer_list(res['a'])}) and {len(res['b'])} "
+        f"layers of B ('{s.layers_b}': {_layer_list(res['b'])}). Token policy: for A, {POLICY_WORDS[s.policy_a]}; for B, "
+        f"{POLICY_WORDS[s.policy_b]}. Every cross-model and label comparison was also made under each model's classifier "
+        f"reading (what its classification head reads; A: {POLICY_WORDS[results['readings']['a']['head']]}; B: "
+        f"{POLICY_WORDS[results['readings']['b']['head']]}), and on the untrained twin of each model (the same "
+        f"architecture, random initialisation, seed {s.seed} for A and {s.seed + 1} for B) as a floor"
+        + (f"; reference checkpoints ({', '.join(_weights(getattr(s, 'model_' + w), getattr(s, 'reference_' + w)) for w in 'ab' if getattr(s, 'reference_' + w))}) "
+           "give the run-to-run spread" if s.reference_a or s.reference_b else "") +
+        f". A comparison is stated only when both readings get the same verdict under the course's rule (effect against "
+        f"max(interval, run-to-run spread), and against the untrained twins). CKA was estimated with the minibatch estimator of Nguyen et al. (2021): unbiased "
+        f"HSIC per minibatch of {s.batch_size} images, summed over minibatches (each weighted by m(m-3)) before the "
+        f"normalisation, so that no activations are stored. We report CKA between the layers of each model, between "
+        f"every layer of A and every layer of B, the matched depth (for each layer of B, the layer of A with the highest "
+        f"CKA)")
+    if results["has_labels"]:
+        paragraph += ", and the CKA of each layer with the one-hot class labels"
+    paragraph += "."
+    if any(a is not None for a in results["attention"].values()):
+        n_att = next(a["n_images"] for a in results["attention"].values() if a is not None)
+        paragraph += (f" For models with attention, the mean attention distance of each head (in pixels, patch tokens "
+                      f"only, attention renormalised over patch keys) is averaged over the first {n_att} images.")
+    fields = [f for f in results.get("receptive_fields", {}).values() if f and "error" not in f]
+    if fields:
+        paragraph += (f" Effective receptive fields (as in Raghu et al., 2021, Fig. 6): the absolute gradient of each "
+                      f"layer's output at its centre location (summed over channels) with respect to the input, "
+                      f"averaged over the first {fields[0]['n_images']} images, summarised by the radius around its "
+                      f"centre of mass that holds half of the gradient.")
+    if R:
+        paragraph += (
+            f" Intervals ({s.level:.0%}) come from {R} disjoint random subsamples of {n // R} images (seed {s.seed}): "
+            f"the value on all {n} images plus or minus t({R - 1}) times the standard deviation of the {R} subsample values "
+            f"divided by sqrt({R}). The spread is that of the subsample estimator (CKA on {n // R} images), rescaled to "
+            f"{n} images on the assumption that its variance falls as one over the number of images; the intervals "
+            f"describe the sampling of images only, not differences between training runs, and their coverage was "
+            f"checked on synthetic data (tests/test_intervals.py). Raghu et al. (2021) averaged 20 repeats.")
+    else:
+        paragraph += " No intervals were computed (--repeats 0)."
+    paragraph += (" An image-statistics audit gives, for each recorded layer under both readings, its CKA with each "
+                  "image's mean brightness and with its per-channel colour means (pixel values with the model's "
+                  "normalisation undone), and the share of its variance along the top principal component (per "
+                  "minibatch, averaged); layers whose CKA with these statistics is at least their CKA with the labels "
+                  "are flagged in the summary.")
+    paragraph += (f" Software: Python {v['python']}, PyTorch {v['torch']}, timm {v['timm']}, NumPy {v['numpy']}, "
+                  f"Matplotlib {v['matplotlib']}, course helpers at commit {v['course_commit']}.")
+    refs = "\n".join(f"- {r}" for r in references(results, settings))
+    return (f"# Methods\n\n{paragraph}\n\nReproduce with:\n\n```\n{command_line(settings)}\n```\n\n"
+            f"Every setting is in settings.json.\n\n## References\n\n{refs}\n")
+
+
+def settings_record(results: dict, settings: Settings) -> dict:
+    """settings.json: every setting, what the presets resolved to, the software versions."""
+    parts = results["parts"]
+    return {"settings": asdict(settings), "fingerprint": settings.fingerprint(), "command": command_line(settings),
+            "n_images": results["n_images"], "images": results["images_name"], "has_labels": results["has_labels"],
+            "subsample_size": results["n_images"] // settings.repeats if settings.repeats else None,
+            "resolved_layers_a": parts["cross"].full.meta.get("resolved_layers_a"),
+            "resolved_layers_b": parts["cross"].full.meta.get("resolved_layers_b"),
+            "estimator": parts["cross"].full.estimator, "interval": "full value +- t * sd(subsamples) / sqrt(R) (helpers.intervals)",
+            "attention_distances": {w: results["plan"][w] for w in ("a", "b")},
+            "model_classes": results["model_classes"],
+            "weights": {"a": _weights(settings.model_a, settings.weights_a), "b": _weights(settings.model_b, settings.weights_b)},
+            "readings": results["readings"],
+            "versions": versions()}
