@@ -1,4 +1,4 @@
-"""The course's check on a machine with a CUDA GPU: every lite notebook 05-16 on the GPU, then the full-track rehearsal on it.
+"""The course's check on a machine with a CUDA GPU: every lite notebook 05-17 on the GPU, then the full-track rehearsal on it.
 
     python benchmarks/gpu_check.py                 # about 5-10 minutes on one GPU; prints a table
     python benchmarks/gpu_check.py --only 11 12    # some notebooks
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     print(f"GPU: {torch.cuda.get_device_name(0)}; torch {torch.__version__}")
     env = {"COURSE_TRACK": "lite", "COURSE_DEVICE": "cuda", "COURSE_OUTPUT_DIR": str(out / "outputs")}
-    wanted = [f"{n:0>2}" for n in args.only] if args.only else [f"{n:02d}" for n in range(5, 17)]
+    wanted = [f"{n:0>2}" for n in args.only] if args.only else [f"{n:02d}" for n in range(5, 18)]
     rows = {}
     for number in wanted:
         (path,) = sorted((ROOT / "notebooks").glob(f"{number}_*.ipynb"))

@@ -98,10 +98,19 @@ def _unit_shape(A: np.ndarray, name: str) -> np.ndarray:
 # --------------------------------------------------------------------------- orthogonal Procrustes
 
 
+def _narrow(A: np.ndarray) -> np.ndarray:
+    """(n, p) -> (n, min(n, p)) with the same A Aᵀ, so the same singular values of Aᵀ Y for any Y.
+
+    With p > n, Aᵀ = Q R (Q: (p, n) orthonormal columns) gives Aᵀ Y = Q (R Y), whose singular values
+    are those of R Y: an (n, n) factor replaces a (p, p2) product (d = 3,000 features, n = 100: 30 times less work).
+    """
+    return A if A.shape[1] <= A.shape[0] else np.linalg.qr(A.T, mode="r").T
+
+
 def procrustes_similarity(X, Y) -> float:
     """||X̃ᵀ Ỹ||_*, the nuclear norm of the centred, unit-norm cross-covariance: X (n, p1), Y (n, p2) -> [0, 1]."""
     X, Y = _pair(X, Y)
-    value = np.linalg.svd(_unit_shape(X, "X").T @ _unit_shape(Y, "Y"), compute_uv=False).sum()
+    value = np.linalg.svd(_narrow(_unit_shape(X, "X")).T @ _narrow(_unit_shape(Y, "Y")), compute_uv=False).sum()
     return float(min(value, 1.0))  # rounding can leave it a hair above 1
 
 

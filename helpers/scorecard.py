@@ -91,15 +91,16 @@ def other_measures(record: dict | None) -> str:
     """
     if not record:
         return ""
-    columns = list(record["rows"][0])
+    columns = list(dict.fromkeys(c for row in record["rows"] for c in row))  # every row's columns, in order
+    layers = record["layers"] if record["layers"] != "blocks" else "block outputs"  # "blocks": files of before 2026-12-03
     lines = ["", "## Other measures (notebook 17)", "",
              f"Does a conclusion depend on CKA? Notebook 17 recomputes claims with three other measures "
              f"(orthogonal Procrustes, RSA, mutual k-nearest neighbours; helpers/measures.py) and judges each by the "
-             f"same rule, on the {record['track']} track: block outputs, one batch of {record['images']} images, "
+             f"same rule, on the {record['track']} track: {layers}, one batch of {record['images']} images, "
              f"intervals over {record['subsamples']} image subsamples. These are not the claims' verdicts (the table "
              "above has those); they say whether each verdict survives a change of measure.", "",
              "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(row[c] for c in columns) + " |" for row in record["rows"]]
+    lines += ["| " + " | ".join(row.get(c, "") for c in columns) + " |" for row in record["rows"]]
     lines.append("")
     lines += [f"- {v['claim']}, {v['measure']}: **{v['verdict']}**; {v['numbers']}".replace("|", "·") for v in record["verdicts"]]
     return "\n".join(lines) + "\n"

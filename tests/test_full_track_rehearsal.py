@@ -1,4 +1,4 @@
-"""Rehearsal of the full track: notebooks 05-16 run top to bottom on the full track's own code path.
+"""Rehearsal of the full track: notebooks 05-17 run top to bottom on the full track's own code path.
 
 No network and no GPU: every full-track model name is served from a temporary Hugging Face cache
 holding RANDOM weights in the hub's own layout (tests/rehearsal.py), loaded by the course's real
@@ -7,10 +7,10 @@ are real photographs in Imagenette's folder layout, read by torchvision's Imagen
 preprocessed by each model's own transform at its evaluation size. Each notebook runs from a
 copy (the repository's files are never written) with
 
-    COURSE_TRACK=full  COURSE_DEVICE=cpu  COURSE_MAX_IMAGES=4 (8 for 07, 2 for 10, 16 for 13 and 14, 40 for 16)
+    COURSE_TRACK=full  COURSE_DEVICE=cpu  COURSE_MAX_IMAGES=4 (16 for 06, 07, 13 and 14, 2 for 10, 40 for 16, 48 for 17)
     COURSE_OUTPUT_DIR, COURSE_DOWNLOAD_DIR, HF_HOME, HF_HUB_CACHE -> temporary folders
 
-All twelve run in ONE kernel, one after the other, each in a fresh namespace (tests/shared_kernel.py):
+All thirteen run in ONE kernel, one after the other, each in a fresh namespace (tests/shared_kernel.py):
 importing torch and timm again for every notebook would cost about 5 s each.
 
 Cells that only open an interactive widget (widgets.interact) are not run: the cell before each
@@ -23,7 +23,7 @@ claim stops a notebook. The test checks that every claim of the notebook got a s
 prints how many of each. Every assertion of shapes and values still raises.
 
 Stand-ins (to stay within the suite's time budget on 2 CPU cores): notebook 05 runs the full
-track's own ViT-B/16 and ResNet-50; in 06-16 a smaller model of the same family, under a real
+track's own ViT-B/16 and ResNet-50; in 06-17 a smaller model of the same family, under a real
 pretrained tag of timm and through the same route, takes the place of each ViT (SMALL below),
     ViT-B/16 vit_base_patch16_224.augreg_in21k_ft_in1k  -> ViT-Ti/16 vit_tiny_patch16_224.augreg_in21k_ft_in1k
     ViT-B/16 vit_base_patch16_224.augreg2_in21k_ft_in1k -> ViT-Ti/16 vit_tiny_patch16_224.augreg_in21k
@@ -52,12 +52,12 @@ import rehearsal
 from shared_kernel import fresh_namespace, shared_kernel
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
-FINDINGS = sorted(p.stem for p in NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb") if 5 <= int(p.stem[:2]) <= 16)
+FINDINGS = sorted(p.stem for p in NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb") if 5 <= int(p.stem[:2]) <= 17)
 # images per notebook: 4 (the fewest unbiased HSIC takes); 07 needs both classes in its label CKA; 13 and 14
 # split theirs into a probe pool and a
 # test set; 10 backpropagates once per layer (and once per channel for two layers, skipped below 8 images), so its cost grows with each image
-MAX_IMAGES = {"06": 16, "07": 16, "10": 2, "13": 16, "14": 16, "16": 40}  # 06, 07: four subsamples of 4 for their
-# reference intervals; 16: two subsamples of 20 for its intervals
+MAX_IMAGES = {"06": 16, "07": 16, "10": 2, "13": 16, "14": 16, "16": 40, "17": 48}  # 06, 07: four subsamples of 4 for their
+# reference intervals; 16: two subsamples of 20 for its intervals; 17: four subsamples of 12 (mutual k-NN, k = 10)
 DEFAULT_MAX_IMAGES = 4
 
 SMALL = {"vit_base_patch16_224.augreg_in21k_ft_in1k": "vit_tiny_patch16_224.augreg_in21k_ft_in1k",
@@ -69,7 +69,7 @@ SMALLER_EFFICIENTNET = {"efficientnet_b0.ra_in1k": "tinynet_e.in1k"}
 # 05 loads only TRACK_MODELS["full"]["vit"] and ["resnet"], both as themselves
 AS_THEMSELVES_IN_05 = {k: v for k, v in SMALL.items() if k != "vit_base_patch16_224.augreg_in21k_ft_in1k"}
 # notebook number -> {full-track name: the name that stands in for it}
-STAND_INS = ({f"{n:02d}": SMALL | SMALLER_CNN for n in range(6, 17)}
+STAND_INS = ({f"{n:02d}": SMALL | SMALLER_CNN for n in range(6, 18)}
              | {"05": AS_THEMSELVES_IN_05, "16": SMALL | SMALLER_CNN | SMALLER_EFFICIENTNET})
 
 
@@ -101,7 +101,7 @@ def kernel(tmp_path_factory):
     """One kernel for every notebook, started in the full-track environment; yields {'env', 'km', 'cwd'}."""
     root = tmp_path_factory.mktemp("full_track")
     rehearsal.hub_cache(root / "hf" / "hub", rehearsed_names())
-    rehearsal.imagenette_folder(root / "downloads", per_class=20)
+    rehearsal.imagenette_folder(root / "downloads", per_class=24)  # 48 images: 17 takes them all
     # COURSE_REHEARSAL_DEVICE=cuda runs it on a GPU (benchmarks/gpu_check.py); the test suite runs it on the CPU
     env = {"COURSE_TRACK": "full", "COURSE_DEVICE": os.environ.get("COURSE_REHEARSAL_DEVICE", "cpu"), "HF_HUB_OFFLINE": "1",
            "HF_HOME": str(root / "hf"), "HF_HUB_CACHE": str(root / "hf" / "hub"),
@@ -188,12 +188,17 @@ def run_notebook(path: Path, kernel: dict, outputs: Path) -> dict:
 
 
 def saved_verdicts(number: str, outputs: Path) -> str:
-    """The full-track verdicts a findings notebook saved, counted by kind ('' for 05 and 16, which judge no claim)."""
+    """The full-track verdicts a findings notebook saved, counted by kind ('' for 05 and 16, which judge no claim;
+    for 17, which judges claims of 06 and 07 again under other measures, the size of its survival table)."""
     import collections
+    import json
 
     from helpers.claims import claims_of
     from helpers.verdicts import load
 
+    if number == "17":
+        rows = json.loads((outputs / "other_measures" / "17_survival_full.json").read_text())["rows"]
+        return f"survival table: {len(rows)} claims x {len(rows[0]) - 2} measures; "
     claims = claims_of(number)
     if not claims:
         return ""

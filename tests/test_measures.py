@@ -176,3 +176,17 @@ def test_prepare_gram_refuses_bad_grams():
         prepare_gram(X)
     with pytest.raises(ValueError, match="at least 12"):
         prepare_gram(np.eye(11), k=10)
+
+
+
+def test_procrustes_with_more_features_than_examples_equals_the_direct_nuclear_norm():
+    """Wide inputs take a QR shortcut (measures._narrow); it must give the nuclear norm of the full (p1, p2) product."""
+    rng = np.random.default_rng(3)
+    X, Y = rng.normal(size=(12, 40)), rng.normal(size=(12, 25)) @ rng.normal(size=(25, 30))
+
+    def direct(A, B):
+        A, B = A - A.mean(0), B - B.mean(0)
+        return np.linalg.svd((A / np.linalg.norm(A)).T @ (B / np.linalg.norm(B)), compute_uv=False).sum()
+
+    assert procrustes_similarity(X, Y) == pytest.approx(direct(X, Y), abs=1e-12)          # both wide
+    assert procrustes_similarity(X, Y[:, :5]) == pytest.approx(direct(X, Y[:, :5]), abs=1e-12)  # one wide, one narrow
