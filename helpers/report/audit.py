@@ -194,6 +194,27 @@ def cka_without(grams_x: list, grams_y: list, drop: set, batch_size: int) -> flo
     return float(accumulator.result().values[0, 0])
 
 
+def cka_without_highest(X, Y, k: int) -> float:
+    """Debiased linear CKA of X (n, p) and Y (n, q), the same n images, without the k images farthest from the mean
+    of X and the k farthest from the mean of Y (the union is dropped): the one-batch form of the audit (exercise 16.1).
+    """
+    X, Y = np.asarray(X, dtype=np.float64), np.asarray(Y, dtype=np.float64)
+    if X.ndim != 2 or Y.ndim != 2 or len(X) != len(Y):
+        raise ValueError(f"X and Y must be (n, p) and (n, q) features of the same n images, got {X.shape} and {Y.shape}.")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+        raise ValueError(f"k={k!r}: give how many highest-norm images to drop from each, an int >= 0.")
+    drop = set()
+    for F in (X, Y):
+        norms = np.linalg.norm(F - F.mean(0), axis=1)
+        drop |= set(np.argsort(-norms, kind="stable")[:k].tolist())
+    keep = [i for i in range(len(X)) if i not in drop]
+    if len(keep) < 4:
+        raise ValueError(f"Only {len(keep)} images are left after dropping {len(drop)}: debiased CKA needs at least 4.")
+    from helpers.cka import linear_cka
+
+    return float(linear_cka(X[keep], Y[keep], debiased=True))
+
+
 def moved(value: float, without: float, half_width: float) -> bool | None:
     """True when dropping the images moves the value by more than its noise (the half-width of its interval); None
     without an interval (--repeats 0): then nothing is judged."""
