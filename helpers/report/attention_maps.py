@@ -130,36 +130,52 @@ def table(maps: dict) -> dict:
     return columns
 
 
+def _overlay(grey: np.ndarray, panel: np.ndarray, top: float) -> np.ndarray:
+    """(H, W, 3) floats in 0-1: the (g, g) map coloured (inferno, 0 to `top`) and upsampled to the image by repeating
+    each patch's value over its pixels, blended over the grey (H, W) image (35% grey, 65% map)."""
+    import matplotlib
+
+    h, w = grey.shape
+    g = panel.shape[0]
+    cells = matplotlib.colormaps["inferno"](np.clip(panel / top, 0, 1))[..., :3]          # (g, g, 3)
+    big = np.repeat(np.repeat(cells, -(-h // g), axis=0), -(-w // g), axis=1)[:h, :w]   # each patch over its pixels
+    return 0.35 * (grey[..., None] / 255.0) + 0.65 * big
+
+
 def attention_maps_figure(maps: dict, name: str):
     """One row per example image and block (first, last): the image, the map averaged over heads, then each head;
-    each map drawn over the grey image, one colour scale per row (0 to the row's largest value)."""
+    each map drawn over the grey image, one colour scale per row (0 to the row's largest value). Each row is one
+    picture (panels side by side, a white gap between them), so the figure stays cheap to save as PDF and SVG."""
     import matplotlib.pyplot as plt
 
     heads = maps["first"].shape[1]
-    examples = len(maps["indices"])
-    rows = [(e, block) for e in range(examples) for block in ("first", "last")]
-    cols = 2 + heads
-    cell = min(0.7, 7.0 / cols)  # a full page width (7 in) at most
-    fig, axes = plt.subplots(len(rows), cols, figsize=(cell * cols, cell * len(rows) + 0.5), squeeze=False)
-    for r, (e, block) in enumerate(rows):
+    rows = [(e, block) for e in range(len(maps["indices"])) for block in ("first", "last")]
+    titles = ["image", "mean"] + [f"head {k}" for k in range(heads)]
+    h, w = maps["pixels"].shape[1:3]
+    gap = max(1, w // 8)
+    width_in = min(7.0, 0.7 * len(titles))  # a full page width (7 in) at most
+    fig, axes = plt.subplots(len(rows), 1, figsize=(width_in, width_in * len(rows) * h / (len(titles) * (w + gap)) + 0.6),
+                             squeeze=False)
+    for ax, (e, block) in zip(axes[:, 0], rows):
         pixels = maps["pixels"][e]
         grey = pixels.mean(-1)
-        h, w = grey.shape
         values = maps[block][e]                                     # (heads, g, g)
         panels = [values.mean(0)] + [values[k] for k in range(heads)]
         top = max(float(p.max()) for p in panels) or 1.0
-        axes[r, 0].imshow(pixels)
-        block_name = 0 if block == "first" else maps["blocks"] - 1
-        axes[r, 0].set_ylabel(f"image {int(maps['indices'][e])}\nblock {block_name}", fontsize=5)
-        for k, panel in enumerate(panels):
-            ax = axes[r, k + 1]
-            ax.imshow(grey, cmap="gray", extent=(0, w, h, 0))
-            ax.imshow(panel, cmap="inferno", alpha=0.65, vmin=0, vmax=top, extent=(0, w, h, 0), interpolation="nearest")
-            if r == 0:
-                ax.set_title("mean" if k == 0 else f"head {k - 1}", fontsize=5)
-        for ax in axes[r]:
-            ax.set_xticks([])
-            ax.set_yticks([])
-    fig.suptitle(f"{name}: attention of the {maps['query']} over the patches, first and last block", fontsize=7)
-    fig.subplots_adjust(wspace=0.05, hspace=0.05)
+        white = np.ones((h, gap, 3))
+        strip = [pixels / 255.0]
+        for panel in panels:
+            strip += [white, _overlay(grey, panel, top)]
+        ax.imshow(np.concatenate(strip, axis=1), interpolation="nearest")
+        ax.set_xticks([k * (w + gap) + w / 2 for k in range(len(titles))])
+        ax.set_xticklabels(titles if ax is axes[0, 0] else [], fontsize=5)
+        ax.xaxis.set_ticks_position("top")
+        ax.tick_params(length=0)
+        ax.set_yticks([])
+        ax.set_ylabel(f"image {int(maps['indices'][e])}\nblock {0 if block == 'first' else maps['blocks'] - 1}", fontsize=5)
+        for spine in ax.spines.values():
+            spine.set_visible(False)
+    axes[0, 0].set_title(f"{name}: attention of the {maps['query']} over the patches, first and last block",
+                         fontsize=7, pad=12)
+    fig.subplots_adjust(hspace=0.08)
     return fig

@@ -176,7 +176,7 @@ def highest(norms: torch.Tensor, k: int) -> set:
 
 def cka_without(grams_x: list, grams_y: list, drop: set, batch_size: int) -> float:
     """Minibatch CKA of one layer pair (grams_x, grams_y: one (B, B) centred Gram per batch, the same images) with the
-    images in `drop` (indices over all batches) removed from every batch's Gram.
+    images in `drop` (indices over all batches) removed from every batch's Gram; NaN when no batch keeps 4 images.
 
     Removing rows and columns of a centred Gram equals the Gram of the remaining images: unbiased HSIC u-centres each
     Gram again (helpers.minibatch_cka), which removes any shift of the features, so no forward pass is needed. A batch
@@ -191,6 +191,8 @@ def cka_without(grams_x: list, grams_y: list, drop: set, batch_size: int) -> flo
             continue
         keep = torch.tensor(keep)
         accumulator.update_grams(gx[keep][:, keep][None], gy[keep][:, keep][None])
+    if accumulator.n_batches == 0:  # too few images per batch for the unbiased estimator: nothing to report
+        return float("nan")
     return float(accumulator.result().values[0, 0])
 
 
@@ -217,8 +219,8 @@ def cka_without_highest(X, Y, k: int) -> float:
 
 def moved(value: float, without: float, half_width: float) -> bool | None:
     """True when dropping the images moves the value by more than its noise (the half-width of its interval); None
-    without an interval (--repeats 0): then nothing is judged."""
-    if half_width is None or not np.isfinite(half_width):
+    without an interval (--repeats 0), or when a value could not be computed: then nothing is judged."""
+    if half_width is None or not np.all(np.isfinite([value, without, half_width])):
         return None
     return bool(abs(without - value) > half_width)
 
@@ -291,6 +293,15 @@ def high_norm_rows(audit: dict, names: dict, layers: dict) -> list:
                     rows.append((names[w], r, layers[w][i], q, partner, float(v), float(wo), float(noise),
                                  moved(float(v), float(wo), float(noise))))
     return rows
+
+
+def high_norm_columns(audit: dict, layers: dict) -> dict:
+    """tables/high_norm_audit.*: high_norm_rows as columns (models named A and B; moved: yes, no or not judged)."""
+    names = ("model", "reading", "layer", "comparison", "partner", "cka_all", "cka_without", "noise", "moved")
+    rows = high_norm_rows(audit, {"a": "A", "b": "B"}, layers)
+    columns = {n: [row[i] for row in rows] for i, n in enumerate(names)}
+    columns["moved"] = ["not judged" if x is None else ("yes" if x else "no") for x in columns["moved"]]
+    return columns
 
 
 def high_norm_flags(audit: dict, names: dict, layers: dict) -> list:

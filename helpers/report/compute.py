@@ -165,7 +165,8 @@ def _compute(settings: Settings, model_a, model_b, images, plan: dict, progress:
         fields = {w: cached_receptive_fields(settings, w, m, images, cache, log) for w, m in (("a", model_a), ("b", model_b))}
     except (ValueError, TypeError, KeyError) as error:
         raise ReportError(f"{error}") from None
-    return {"parts": parts, "attention": attention, "attention_maps": maps, "high_norm": high_norm, "receptive_fields": fields, "log": log, "n_images": len(images),
+    return {"parts": parts, "attention": attention, "attention_maps": maps, "high_norm": high_norm,
+            "receptive_fields": fields, "log": log, "n_images": len(images),
             "images_name": images.name,
             "has_labels": images.labels is not None, "plan": plan,
             "attention_exists": {"a": has_attention(model_a), "b": has_attention(model_b)},
@@ -256,17 +257,14 @@ def mean_off_diagonal(values: np.ndarray) -> float:
 
 
 def curves(results: dict) -> dict:
-    """{name: columns} of every curve: matched depth, CKA with the labels, attention distances."""
+    """{name: columns} of every curve: matched depth, CKA with the labels, attention distances and maps, receptive
+    fields, and the highest-norm audit's table."""
     parts, out = results["parts"], {}
-    if results.get("high_norm") is not None:
-        from helpers.report.audit import high_norm_rows
+    if results.get("high_norm") is not None:  # the highest-norm audit's table (helpers.report.audit)
+        from helpers.report.audit import high_norm_columns
 
-        names = ("model", "reading", "layer", "comparison", "partner", "cka_all", "cka_without", "noise", "moved")
-        rows = high_norm_rows(results["high_norm"], {"a": "A", "b": "B"},
-                              {"a": list(parts["cross"].full.rows), "b": list(parts["cross"].full.cols)})
-        columns = {n: [row[i] for row in rows] for i, n in enumerate(names)}
-        columns["moved"] = ["not judged" if x is None else ("yes" if x else "no") for x in columns["moved"]]
-        out["high_norm_audit"] = columns
+        out["high_norm_audit"] = high_norm_columns(results["high_norm"], {"a": list(parts["cross"].full.rows),
+                                                                          "b": list(parts["cross"].full.cols)})
     m = matched_depth(parts["cross"])
     out["matched_depth"] = {"b_layer": m["b_layer"], "b_index": list(range(len(m["b_layer"]))), "matched_a_layer": m["a_layer"],
                             "matched_a_index": list(m["a_index"]), "cka": m["cka"], "ci_low": m["ci_low"],
