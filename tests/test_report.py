@@ -439,3 +439,23 @@ def test_swin_classifier_reading_is_what_its_head_reads():
         swin(x)
         flat = capture.take()["norm"]
     torch.testing.assert_close(flat, swin.forward_features(x).permute(0, 3, 1, 2).flatten(1))
+
+
+def test_attention_maps_of_a_gap_vit_read_the_centre_patch():
+    """A ViT whose head averages its patch tokens has no CLS token to ask: the maps are the centre patch's row."""
+    import timm
+    import torch
+
+    from helpers.attention import attention_maps
+    from helpers.report.attention_maps import query_maps, query_token
+
+    torch.manual_seed(0)
+    gap = timm.create_model("test_vit", pretrained=False, class_token=False, global_pool="avg", num_classes=3).eval()
+    grid = gap.patch_embed.grid_size[0]
+    index, words = query_token(gap)
+    assert index == gap.num_prefix_tokens + (grid // 2) * grid + grid // 2 and words.startswith("centre patch")
+    x = torch.randn(2, 3, *gap.patch_embed.img_size)
+    maps = query_maps(gap, x)
+    last = attention_maps(gap, x)[-1][:, :, index, gap.num_prefix_tokens:].reshape(2, -1, grid, grid)
+    assert np.allclose(maps["last"], last.double().numpy())
+    assert np.allclose(maps["last"].sum((2, 3)) + maps["prefix_share_last"], 1, atol=1e-5)
