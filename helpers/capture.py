@@ -20,6 +20,10 @@ Token policies turn a ViT's (B, N, D) token outputs into one row per image:
   "spatial" the patch tokens only, flattened: (B, patches*D).
   "mean"    the mean of the patch tokens: (B, D).
 CNN feature maps (B, C, H, W) are flattened to (B, C*H*W) ("mean" averages over H, W instead).
+Some models keep their maps channels-last, (B, H, W, C): timm's Swin (its stages, its final norm and
+its patch embedding) and the norm and MLP inside a ConvNeXt block. Their layout is known from the
+model, per layer, when the layers are resolved (`layout_of`), never guessed from the shape (a
+(B, 7, 7, 7) map would be ambiguous); such maps are turned to (B, C, H, W) before a policy applies.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ class Tap:
     label: str
     module: str
     where: str = "output"
+    layout: str = "NCHW"  # of a 4-D activation: "NCHW", or "NHWC" for a channels-last map (see layout_of)
 
 
 # --------------------------------------------------------------------------- presets
@@ -111,8 +116,56 @@ def _check_layers_type(layers) -> None:
             raise TypeError(f"layers must be strings (module names or patterns); got {wrong}. Give {example}.")
 
 
+# Modules whose 4-D output is always (B, C, H, W), whatever the model around them does.
+_CHANNELS_FIRST = (torch.nn.modules.conv._ConvNd, torch.nn.modules.batchnorm._BatchNorm,
+                   torch.nn.modules.pooling._AvgPoolNd, torch.nn.modules.pooling._MaxPoolNd,
+                   torch.nn.modules.pooling._AdaptiveAvgPoolNd, torch.nn.modules.pooling._AdaptiveMaxPoolNd)
+
+
+def _declared_format(module):
+    """The layout a module declares for its output (timm's `output_fmt`: Swin and its patch embedding say
+    'NHWC'), or None."""
+    fmt = getattr(module, "output_fmt", None)
+    fmt = getattr(fmt, "value", fmt)  # timm's Format enum or a plain string
+    return fmt if fmt in ("NCHW", "NHWC") else None
+
+
+def layout_of(model, module_name: str) -> str:
+    """'NHWC' when the module's 4-D activation is channels-last, else 'NCHW' (also for outputs that are not 4-D).
+
+    Known from the model, not guessed from a shape:
+      - a convolution, batch norm or pooling layer works channels-first;
+      - inside a timm ConvNeXt block without conv_mlp, `norm` and `mlp` run on the permuted (B, H, W, C) map
+        (the block's own output is permuted back);
+      - otherwise the nearest enclosing module (the module itself first, the model last) that declares timm's
+        `output_fmt` decides: timm's SwinTransformer and its patch embedding declare 'NHWC'.
+    A module's input (':input') gets the same rules: a convolution also reads (B, C, H, W), a Swin block reads
+    what the previous one wrote (B, H, W, C).
+    """
+    modules = dict(model.named_modules())
+    module = modules[module_name]
+    if isinstance(module, _CHANNELS_FIRST):
+        return "NCHW"
+    parts = module_name.split(".") if module_name else []
+    for depth in range(len(parts) - 1, 0, -1):  # a ConvNeXt block above: its norm and mlp work channels-last
+        block = modules[".".join(parts[:depth])]
+        if type(block).__name__ == "ConvNeXtBlock" and not getattr(block, "use_conv_mlp", True):
+            return "NHWC" if parts[depth] in ("norm", "mlp") else "NCHW"
+    for depth in range(len(parts), -1, -1):  # the module itself, then each enclosing module, the model last
+        declared = _declared_format(modules[".".join(parts[:depth])] if depth else model)
+        if declared:
+            return declared
+    return "NCHW"
+
+
 def resolve(model, layers) -> list:
-    """Turn a preset, names or patterns into a list of Taps (in model order for presets and patterns)."""
+    """Turn a preset, names or patterns into a list of Taps (in model order for presets and patterns), each with
+    the layout of its 4-D activations (layout_of)."""
+    taps = _resolve_names(model, layers)
+    return [Tap(t.label, t.module, t.where, layout_of(model, t.module)) for t in taps]
+
+
+def _resolve_names(model, layers) -> list:
     _check_layers_type(layers)
     names = [n for n, _ in model.named_modules() if n]
     if isinstance(layers, str) and layers in ("blocks", "sublayers"):
@@ -158,8 +211,12 @@ def _suggest(name, names) -> str:
 # --------------------------------------------------------------------------- token policies
 
 
-def apply_policy(output: torch.Tensor, policy: str, num_prefix_tokens: int, num_patches: int | None = None) -> torch.Tensor:
+def apply_policy(output: torch.Tensor, policy: str, num_prefix_tokens: int, num_patches: int | None = None,
+                 layout: str = "NCHW") -> torch.Tensor:
     """(B, ...) activations -> (B, p) rows under a token policy (see the module docstring).
+
+    layout: of a 4-D output, "NCHW" (B, C, H, W) or "NHWC" (B, H, W, C), from the layer (Tap.layout); a
+    channels-last map is permuted to (B, C, H, W) first, so 'mean' averages over H and W in both.
 
     num_patches: the model's number of patch tokens, when known. It tells whether a (B, N, D)
     output carries the prefix tokens at all: `patch_embed` (N = patches) does not, so its first
@@ -186,7 +243,11 @@ def apply_policy(output: torch.Tensor, policy: str, num_prefix_tokens: int, num_
             return output[:, :prefix].flatten(1)
         spatial = output[:, prefix:]
         return spatial.flatten(1) if policy == "spatial" else spatial.mean(1)
+    if layout not in ("NCHW", "NHWC"):
+        raise ValueError(f"Unknown layout '{layout}': give 'NCHW' (B, C, H, W) or 'NHWC' (B, H, W, C).")
     if output.ndim == 4:  # (B, C, H, W) feature maps
+        if layout == "NHWC":
+            output = output.permute(0, 3, 1, 2)
         if policy == "cls":
             raise ValueError("CNN feature maps have no CLS token: use policy 'all' (flatten) or 'mean' (average over H, W).")
         return output.mean((2, 3)) if policy == "mean" else output.flatten(1)
@@ -246,7 +307,7 @@ class Capture:
             raise RuntimeError(f"Module '{tap.module}' ran {self._counts[tap.label]} times in one forward pass of the model "
                                "(a module used twice?). Capture(..., on_repeat='last') keeps the last call.")
         value = value.detach()
-        rows = apply_policy(value, self.policy, self.num_prefix_tokens, self.num_patches)
+        rows = apply_policy(value, self.policy, self.num_prefix_tokens, self.num_patches, tap.layout)
         kept = self.transform(rows) if self.transform else rows
         # clone anything that still shares the activation's memory: timm's ReLUs work in place
         # and would overwrite what we keep (a transform may return a view of its input, too)

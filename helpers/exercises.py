@@ -201,3 +201,30 @@ def check_procrustes_similarity(fn):
         raise AssertionError("a rotated copy of X should give 1: did you take the nuclear norm (sum of singular values), "
                              "not the trace of X̃ᵀỸ?")
     print("✔ procrustes_similarity matches helpers.measures, also for different widths, and a rotation leaves it at 1.")
+
+
+def _high_norm_cases(seed: int = 16) -> list:
+    """(description, X, Y, k): random features, a few dominant images along a shared direction, and k = 0."""
+    rng = np.random.default_rng(seed)
+    shared = rng.normal(size=(60, 3))
+    X = np.hstack([shared, rng.normal(size=(60, 5))])
+    Y = np.hstack([shared @ rng.normal(size=(3, 3)), rng.normal(size=(60, 4))])
+    dominant = shared.copy()
+    dominant[::20, 0] = 40.0  # three images far out along a direction both layers carry
+    Xd = np.hstack([dominant, rng.normal(size=(60, 5))])
+    Yd = np.hstack([dominant @ rng.normal(size=(3, 3)), rng.normal(size=(60, 4))])
+    return [("60 images, 8 vs 7 features, k=3", X, Y, 3), ("3 dominant images, k=3", Xd, Yd, 3),
+            ("k=0: nothing dropped", X, Y, 0), ("40 images, 12 vs 50 features, k=5", rng.normal(size=(40, 12)),
+                                                rng.normal(size=(40, 50)), 5)]
+
+
+def check_cka_without_highest(fn):
+    """fn(X, Y, k) -> debiased linear CKA without the k highest-norm images of X and of Y (their union)."""
+    from helpers.report.audit import cka_without_highest
+
+    for case, X, Y, k in _high_norm_cases():
+        got = fn(X, Y, k)
+        if got is None:
+            raise AssertionError("your function returned None: return the CKA, a number.")
+        _compare("cka_without_highest", np.float64(got), np.float64(cka_without_highest(X, Y, k)), case, atol=1e-8)
+    print("✔ cka_without_highest matches helpers.report.audit on all 4 cases, dominant images included.")

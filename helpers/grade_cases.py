@@ -68,6 +68,23 @@ def by_reference(name: str, reference_fn: Callable, atol: float = 1e-8) -> Calla
     return judge
 
 
+def _high_norm_cases(rng) -> list:
+    out = []
+    for n, p, q, k in ((50, 6, 5, 3), (30, 4, 40, 2)):
+        X = rng.normal(size=(n, p))
+        Y = np.hstack([X[:, :2] @ rng.normal(size=(2, 2)), rng.normal(size=(n, q - 2))])
+        out.append(Case(f"{n} images, {p} vs {q} features, k={k}", (X, Y, k)))
+    X = rng.normal(size=(40, 5))
+    X[::10, 0] += 30.0  # four dominant images, far out along a direction both carry
+    out.append(Case("4 dominant images, k=4", (X, np.hstack([X[:, :1], rng.normal(size=(40, 3))]), 4)))
+    return out
+
+
+def _high_norm_reference(X, Y, k):
+    from helpers.report.audit import cka_without_highest
+    return np.float64(cka_without_highest(X, Y, k))
+
+
 def _procrustes_reference(X, Y):
     from helpers.measures import procrustes_similarity
     return np.float64(procrustes_similarity(X, Y))
@@ -306,4 +323,5 @@ EXERCISES = {e.function: e for e in [
              by_reference("gap_to_reference", lambda model, ref: np.asarray(ref, float) - np.asarray(model, float))),
     Exercise("block_structure", _block_cases, _judge_block_structure),
     Exercise("procrustes_similarity", _procrustes_cases, by_reference("procrustes_similarity", _procrustes_reference)),
+    Exercise("cka_without_highest", _high_norm_cases, by_reference("cka_without_highest", _high_norm_reference)),
 ]}

@@ -213,10 +213,14 @@ def receptive_fields(model, images: torch.Tensor, layers="post", channels="sum",
     x = images.detach().clone().requires_grad_(True)
     values, grids, handles = {}, {}, []
     modules = dict(model.named_modules())
+    layouts = {t.label: capture.layout_of(model, t.module) for t in wanted}  # Swin's maps are (B, H, W, C)
 
     def keep(target, value):
         if target.label in values:
             raise RuntimeError(f"Module '{target.module}' ran twice in one forward pass; give another layer.")
+        value = value[0] if isinstance(value, (tuple, list)) else value
+        if value.ndim == 4 and layouts[target.label] == "NHWC":
+            value = value.permute(0, 3, 1, 2)
         values[target.label], grids[target.label] = _centre_value(value, prefix, reduce)
 
     for t in wanted:

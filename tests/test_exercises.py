@@ -86,3 +86,26 @@ def test_grey_and_equal_brightness_images():
     photos = data.ImageSet("photos", 2, lambda i: Image.new("RGB", (6, 4), (200, 10, 10 * i)))  # the full track's kind
     grey_photo = np.asarray(data.changed_images(photos, data.grey, "grey").get(1))
     assert grey_photo.shape == (4, 6, 3) and (grey_photo == 73).all()  # (200 + 10 + 10) / 3, rounded
+
+
+def test_cka_without_highest_check_passes_the_reference_and_catches_slips(capsys):
+    """16.1: the audit's own function passes; dropping from X only, or measuring norms from 0 instead of the mean, fail."""
+    from helpers.report.audit import cka_without_highest
+
+    exercises.check_cka_without_highest(cka_without_highest)
+    assert "✔" in capsys.readouterr().out
+
+    def from_x_only(X, Y, k):
+        X, Y = np.asarray(X, float), np.asarray(Y, float)
+        keep = np.sort(np.argsort(-np.linalg.norm(X - X.mean(0), axis=1))[k:])
+        return float(cka.linear_cka(X[keep], Y[keep], debiased=True))
+
+    def norms_from_zero(X, Y, k):
+        X, Y = np.asarray(X, float), np.asarray(Y, float)
+        drop = set(np.argsort(-np.linalg.norm(X, axis=1))[:k]) | set(np.argsort(-np.linalg.norm(Y, axis=1))[:k])
+        keep = [i for i in range(len(X)) if i not in drop]
+        return float(cka.linear_cka(X[keep], Y[keep], debiased=True))
+
+    for slip in (from_x_only, norms_from_zero):
+        with pytest.raises(AssertionError, match="largest difference"):
+            exercises.check_cka_without_highest(slip)

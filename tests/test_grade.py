@@ -100,7 +100,7 @@ def test_recognised_by_headings_not_file_name(tmp_path):
     by_name = {c.name: c for c in course}
     assert [e.column for e in by_name["04_minibatch_cka"].exercises] == ["4.1 hsic_unbiased", "4.2 minibatch_cka"]
     assert [e.column for e in by_name["08_local_and_global_attention"].exercises] == ["8.1 value", "8.2 head_distances"]
-    assert by_name["16_compare_your_models"].exercises == []
+    assert [e.column for e in by_name["16_compare_your_models"].exercises] == ["16.1 cka_without_highest"]
 
 
 def test_every_function_exercise_is_graded_or_skipped_with_a_reason():

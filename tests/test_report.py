@@ -301,3 +301,161 @@ def test_image_statistics_audit_is_in_the_bundle(bundle):
     raw = images.tensor.double().numpy() / 255
     assert np.allclose(stats[:, 1:], raw.mean((2, 3)), atol=1e-5)
     assert np.allclose(stats[:, 0], raw.mean((1, 2, 3)), atol=1e-5)
+
+
+def test_attention_maps_in_the_bundle_match_helpers_attention(bundle):
+    """Issue 34 item 5: lite-vit's attention maps (CLS token, 4 example images, first and last block) are a figure,
+    a table, a caption and a part of the overview; the table's values for one image are helpers.attention's."""
+    from helpers import models
+    from helpers.attention import attention_maps
+    from helpers.data import batches, image_set, subset
+
+    for ext in ("png", "pdf", "svg"):
+        assert (bundle / "figures" / f"attention_maps_a.{ext}").stat().st_size > 0
+    assert not (bundle / "figures" / "attention_maps_b.png").exists()  # lite-efficientnet has no attention
+    captions = (bundle / "CAPTIONS.md").read_text()
+    assert "**figures/attention_maps_a**" in captions and "CLS token over its patch grid, on 4 example images" in captions
+    assert 'src="figures/attention_maps_a.png"' in (bundle / "overview.html").read_text()
+    assert "Attention maps illustrate where the heads look" in (bundle / "METHODS.md").read_text()
+    rows = _csv(bundle / "tables" / "attention_maps_a.csv")
+    shown = sorted({int(r["image_index"]) for r in rows})
+    assert len(shown) == 4
+    index = shown[1]
+    images = image_set("shapes")
+    assert len({images.labels[i] for i in shown}) == 4  # one image of each of 4 classes
+    model = models.load("lite-vit", device="cpu")
+    maps = attention_maps(model, next(batches(subset(images, [index]), model, 1)))
+    grid = int(round((maps[0].shape[-1] - 1) ** 0.5))
+    for block, attn in ((0, maps[0]), (len(maps) - 1, maps[-1])):
+        expected = attn[0, :, 0, 1:].reshape(-1, grid, grid).double().numpy()  # CLS row, patch keys
+        mine = [r for r in rows if int(r["image_index"]) == index and int(r["block"]) == block]
+        got = np.zeros_like(expected)
+        for r in mine:
+            if r["head"] != "mean":
+                got[int(r["head"]), int(r["patch_row"]), int(r["patch_col"])] = float(r["attention"])
+        assert np.allclose(got, expected, atol=1e-6)
+        mean = {(int(r["patch_row"]), int(r["patch_col"])): float(r["attention"]) for r in mine if r["head"] == "mean"}
+        assert mean[(1, 2)] == pytest.approx(expected[:, 1, 2].mean(), abs=1e-6)
+
+
+def _synthetic_high_norm(outlier: bool, n: int = 1024, batch: int = 128, repeats: int = 20):
+    """(CKA on all images, CKA without the k highest-norm images, interval half-width) of two synthetic 'layers'
+    that share a 4-dimensional signal, with or without one image per batch (8 of 1,024) of huge norm along a shared
+    direction (the dominant images of Nguyen et al. 2022); the interval comes from
+    disjoint subsamples, as in the report."""
+    import torch
+
+    from helpers import intervals
+    from helpers.minibatch_cka import centered_gram
+    from helpers.report.audit import cka_without, high_norm_count, highest, squared_norms
+
+    g = torch.Generator().manual_seed(0)
+    shared = torch.randn(n, 4, generator=g, dtype=torch.float64)
+    if outlier:  # one image per batch far out along a direction both layers carry: these few make them look alike
+        shared[5::batch, 0] = 300.0
+    x = torch.cat([shared, torch.randn(n, 28, generator=g, dtype=torch.float64) * 2], 1)
+    y = torch.cat([shared @ torch.randn(4, 4, generator=g, dtype=torch.float64),
+                   torch.randn(n, 28, generator=g, dtype=torch.float64) * 2], 1)
+
+    def grams(features, idx):
+        return [centered_gram(features[idx[i:i + batch]])[None] for i in range(0, len(idx), batch)]
+
+    def cka(idx, drop=set()):
+        return cka_without([gx[0] for gx in grams(x, idx)], [gy[0] for gy in grams(y, idx)], drop, batch)
+
+    everyone = list(range(n))
+    k = high_norm_count(n)
+    drop = highest(squared_norms(grams(x, everyone), 0), k) | highest(squared_norms(grams(y, everyone), 0), k)
+    value, without = cka(everyone), cka(everyone, drop)
+    subs = [cka(list(part)) for part in intervals.disjoint_subsamples(n, repeats, 0)]
+    low, high = intervals.subsample_interval(value, subs, 0.9)
+    return value, without, float((high - low) / 2)
+
+
+def test_high_norm_audit_flags_an_outlier_that_inflates_cka_and_only_then():
+    """Issue 34 item 3: a few images of huge norm in both layers inflate their CKA; dropping the highest-norm images
+    moves it by more than its interval half-width, so the audit flags it. Without such an image, it does not."""
+    from helpers.report.audit import moved
+
+    value, without, half = _synthetic_high_norm(outlier=True)
+    clean, clean_without, clean_half = _synthetic_high_norm(outlier=False)
+    assert value - clean > half  # the dominant images did inflate CKA, beyond the noise of the inflated value
+    assert abs(without - clean) < abs(value - clean)  # dropping the top images takes most of it away
+    assert moved(value, without, half) is True
+    assert moved(clean, clean_without, clean_half) is False
+    assert moved(clean, clean_without, float("nan")) is None  # no interval: nothing is judged
+
+
+def test_high_norm_audit_is_in_the_bundle(bundle):
+    """The audit's table holds each layer's label and matched CKA under both readings; its 'all images' values are
+    the report's own matrices; every 'moved' row is named in SUMMARY.md and no other."""
+    text = (bundle / "SUMMARY.md").read_text()
+    rows = _csv(bundle / "tables" / "high_norm_audit.csv")
+    assert {(r["model"], r["reading"], r["comparison"]) for r in rows} == {
+        (m, r, c) for m in "AB" for r in ("head", "tokens") for c in ("labels", "matched")}
+    with np.load(bundle / "tables" / "labels_a_head.npz") as f:
+        mine = [float(r["cka_all"]) for r in rows if (r["model"], r["reading"], r["comparison"]) == ("A", "head", "labels")]
+        assert np.allclose(mine, f["values"][:, 0], atol=1e-6)
+        half = (f["ci_high"][:, 0] - f["ci_low"][:, 0]) / 2
+        assert np.allclose([float(r["noise"]) for r in rows if (r["model"], r["reading"], r["comparison"]) ==
+                            ("A", "head", "labels")], half, atol=1e-9)
+    with np.load(bundle / "tables" / "cross.npz") as f:
+        b_tokens = [r for r in rows if (r["model"], r["reading"], r["comparison"]) == ("B", "tokens", "matched")]
+        assert np.allclose([float(r["cka_all"]) for r in b_tokens], f["values"].max(0), atol=1e-6)
+    for r in rows:
+        assert r["moved"] == ("yes" if abs(float(r["cka_without"]) - float(r["cka_all"])) > float(r["noise"]) else "no")
+    for name, letter in (("lite-vit", "A"), ("lite-efficientnet", "B")):
+        for reading, words in (("head", "classifier reading"), ("tokens", "all tokens")):
+            line = next(x for x in text.splitlines() if f"Highest-norm audit of {name} ({words};" in x)
+            hits = [r for r in rows if (r["model"], r["reading"], r["moved"]) == (letter, reading, "yes")]
+            assert ("FLAG" in line) == bool(hits), line
+            for r in hits:
+                assert f"{r['layer']} {'with the labels' if r['comparison'] == 'labels' else 'with ' + r['partner']} " in line
+    assert "20 highest-norm images" in text and "highest-norm audit" in (bundle / "METHODS.md").read_text()
+
+
+def test_swin_classifier_reading_is_what_its_head_reads():
+    """timm's Swin keeps its maps channels-last, (B, H, W, C). The classifier reading ('mean') of its final norm must
+    average over H and W, which is what forward_head(pre_logits=True) computes; before the fix it averaged over W, C."""
+    import timm
+    import torch
+
+    from helpers.capture import Capture, resolve
+    from helpers.report.controls import classifier_policy
+
+    torch.manual_seed(0)
+    swin = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, img_size=64, window_size=2,
+                             num_classes=10).eval()
+    assert [t.layout for t in resolve(swin, ["layers.0", "norm", "patch_embed", "patch_embed.proj"])] == [
+        "NHWC", "NHWC", "NHWC", "NCHW"]
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad(), Capture(swin, ["layers.3", "norm"], policy=classifier_policy(swin)) as capture:
+        swin(x)
+        features = capture.take()
+        expected = swin.forward_head(swin.forward_features(x), pre_logits=True)
+    assert features["norm"].shape == expected.shape == (2, swin.num_features)
+    torch.testing.assert_close(features["norm"], expected)
+    with torch.no_grad(), Capture(swin, "norm", policy="all") as capture:  # 'all' keeps every position's C values
+        swin(x)
+        flat = capture.take()["norm"]
+    torch.testing.assert_close(flat, swin.forward_features(x).permute(0, 3, 1, 2).flatten(1))
+
+
+def test_attention_maps_of_a_gap_vit_read_the_centre_patch():
+    """A ViT whose head averages its patch tokens has no CLS token to ask: the maps are the centre patch's row."""
+    import timm
+    import torch
+
+    from helpers.attention import attention_maps
+    from helpers.report.attention_maps import query_maps, query_token
+
+    torch.manual_seed(0)
+    gap = timm.create_model("test_vit", pretrained=False, class_token=False, global_pool="avg", num_classes=3).eval()
+    grid = gap.patch_embed.grid_size[0]
+    index, words = query_token(gap)
+    assert index == gap.num_prefix_tokens + (grid // 2) * grid + grid // 2 and words.startswith("centre patch")
+    x = torch.randn(2, 3, *gap.patch_embed.img_size)
+    maps = query_maps(gap, x)
+    last = attention_maps(gap, x)[-1][:, :, index, gap.num_prefix_tokens:].reshape(2, -1, grid, grid)
+    assert np.allclose(maps["last"], last.double().numpy())
+    assert np.allclose(maps["last"].sum((2, 3)) + maps["prefix_share_last"], 1, atol=1e-5)

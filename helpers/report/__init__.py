@@ -24,7 +24,9 @@ The stages, one module each (notebook 16_compare_your_models calls the same func
     loading.py    load_inputs: the models (your own weights kept), the images, the untrained twins
     compute.py    compute: every CKA part with its subsamples, cached; matched depth and the curves
     controls.py   the two readings, the untrained floor and the references, judged by helpers.verdicts
-    audit.py      the image-statistics audit (brightness, colour means, top principal component)
+    audit.py      the image-statistics audit (brightness, colour means, top principal component, CKA without the
+                  highest-norm images)
+    attention_maps.py  where a ViT's heads look: the CLS (or centre-patch) attention of a few example images
     figures.py    one function per figure
     text.py       SUMMARY.md's sentences, METHODS.md's paragraph, the references
     pages.py      CAPTIONS.md and overview.html

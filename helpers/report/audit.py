@@ -10,6 +10,12 @@ audit gives
 SUMMARY.md names the layers whose CKA with an image statistic is as large as their CKA with the class
 labels, so that a reader knows which comparisons these statistics could explain.
 
+A few images of very large norm can dominate CKA (Nguyen, Raghu & Kornblith, 2022). The highest-norm audit
+(high_norm_audit) recomputes, for each layer under both readings, its CKA with the labels and its matched CKA
+(with its best match in the other model) without the layer's k highest-norm images (k = 1% of the images, at
+least 5; for a pair the union of both layers' k), from the Grams already computed: no forward pass is repeated.
+A value that moves by more than the half-width of its interval is flagged (high_norm_flags); no new threshold.
+
     audit = statistics_cka(model, images, "blocks", policy="all")   # CKAMatrix: rows layers, 2 columns
     audit.meta["top_pc_share"]                                       # one share per layer
 """
@@ -130,3 +136,206 @@ def last_layer_flag(parts: dict, has_labels: bool, names: dict, readings: dict) 
         return None
     return ("AUDIT FLAG for the comparisons above: " + "; ".join(found) + ". What that reading shows about this layer "
             "may be an image statistic rather than what the model learned; rely on the other reading for it.")
+
+
+# --------------------------------------------------------------------------- CKA without the highest-norm images
+
+HIGH_NORM_SHARE, HIGH_NORM_MIN = 0.01, 5  # drop 1% of the images, at least 5
+
+
+def high_norm_count(n_images: int) -> int:
+    """How many highest-norm images are dropped: 1% of the images, at least 5 (2,048 images: 20)."""
+    return max(HIGH_NORM_MIN, int(round(HIGH_NORM_SHARE * n_images)))
+
+
+def collect_grams(model, images, layers, policy: str, batch_size: int):
+    """(layer labels, [(L, B, B) CPU tensors] one per batch): each recorded layer's centred Gram on each batch of
+    `images`, from helpers.gram_cache when the report has computed them already (no forward pass repeated)."""
+    from helpers.compare import _gram_capture
+    from helpers.gram_cache import BatchGrams
+    from helpers.guards import evaluating
+
+    capture = _gram_capture(model, layers, policy)
+    with evaluating(model):
+        source = BatchGrams(model, images, capture, batch_size)
+        with torch.no_grad(), capture:
+            grams = [g.detach().cpu() for g in source]
+    return capture.labels, grams
+
+
+def squared_norms(grams: list, layer: int) -> torch.Tensor:
+    """(N,) each image's squared norm at one layer, measured from its batch's mean: the diagonal of the centred Grams
+    (the images of a last batch too small to count are left out, as CKA leaves them out)."""
+    return torch.cat([g[layer].diagonal() for g in grams]).double()
+
+
+def highest(norms: torch.Tensor, k: int) -> set:
+    """The indices of the k largest entries of norms (N,)."""
+    return set(torch.topk(norms, min(k, len(norms))).indices.tolist())
+
+
+def cka_without(grams_x: list, grams_y: list, drop: set, batch_size: int) -> float:
+    """Minibatch CKA of one layer pair (grams_x, grams_y: one (B, B) centred Gram per batch, the same images) with the
+    images in `drop` (indices over all batches) removed from every batch's Gram; NaN when no batch keeps 4 images.
+
+    Removing rows and columns of a centred Gram equals the Gram of the remaining images: unbiased HSIC u-centres each
+    Gram again (helpers.minibatch_cka), which removes any shift of the features, so no forward pass is needed. A batch
+    left with fewer than 4 images is skipped. drop=set() gives the CKA on all the images.
+    """
+    from helpers.minibatch_cka import MinibatchCKA
+
+    accumulator = MinibatchCKA(["x"], ["y"])
+    for b, (gx, gy) in enumerate(zip(grams_x, grams_y)):
+        keep = [i for i in range(gx.shape[-1]) if b * batch_size + i not in drop]
+        if len(keep) < 4:
+            continue
+        keep = torch.tensor(keep)
+        accumulator.update_grams(gx[keep][:, keep][None], gy[keep][:, keep][None])
+    if accumulator.n_batches == 0:  # too few images per batch for the unbiased estimator: nothing to report
+        return float("nan")
+    return float(accumulator.result().values[0, 0])
+
+
+def cka_without_highest(X, Y, k: int) -> float:
+    """Debiased linear CKA of X (n, p) and Y (n, q), the same n images, without the k images farthest from the mean
+    of X and the k farthest from the mean of Y (the union is dropped): the one-batch form of the audit (exercise 16.1).
+    """
+    X, Y = np.asarray(X, dtype=np.float64), np.asarray(Y, dtype=np.float64)
+    if X.ndim != 2 or Y.ndim != 2 or len(X) != len(Y):
+        raise ValueError(f"X and Y must be (n, p) and (n, q) features of the same n images, got {X.shape} and {Y.shape}.")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+        raise ValueError(f"k={k!r}: give how many highest-norm images to drop from each, an int >= 0.")
+    drop = set()
+    for F in (X, Y):
+        norms = np.linalg.norm(F - F.mean(0), axis=1)
+        drop |= set(np.argsort(-norms, kind="stable")[:k].tolist())
+    keep = [i for i in range(len(X)) if i not in drop]
+    if len(keep) < 4:
+        raise ValueError(f"Only {len(keep)} images are left after dropping {len(drop)}: debiased CKA needs at least 4.")
+    from helpers.cka import linear_cka
+
+    return float(linear_cka(X[keep], Y[keep], debiased=True))
+
+
+def moved(value: float, without: float, half_width: float) -> bool | None:
+    """True when dropping the images moves the value by more than its noise (the half-width of its interval); None
+    without an interval (--repeats 0), or when a value could not be computed: then nothing is judged."""
+    if half_width is None or not np.all(np.isfinite([value, without, half_width])):
+        return None
+    return bool(abs(without - value) > half_width)
+
+
+def high_norm_audit(settings, model_a, model_b, images, parts: dict, readings: dict) -> dict:
+    """{'<w>_<reading>_<quantity>': array}: for each layer of each model under each reading, its label CKA (labels)
+    and its matched CKA (with its best match in the other model, from the full-data cross matrix) on all images
+    ('..._all') and without the k highest-norm images ('..._without'; for a layer pair, the union of both layers'
+    k), the interval half-width of the value ('..._noise', from the report's subsamples) and the other layer
+    ('..._partner'); 'k' the number dropped per layer. Nguyen, Raghu & Kornblith (2022): a few images of very
+    large norm can dominate CKA."""
+    from helpers.report.controls import READINGS, suffix
+    from helpers.report.settings import layers_arg
+
+    bs, k = settings.batch_size, high_norm_count(len(images))
+    labels = None
+    if images.labels is not None:
+        from helpers.compare import class_indices
+        from helpers.minibatch_cka import centered_gram
+
+        one_hot = torch.nn.functional.one_hot(class_indices(images)).float()
+        labels = [centered_gram(one_hot[i:i + bs]) for i in range(0, len(images), bs)]
+    out = {"k": np.array(k)}
+    for r in READINGS:
+        x = suffix(r)
+        grams = {w: collect_grams(m, images, layers_arg(getattr(settings, f"layers_{w}")), readings[w][r], bs)[1]
+                 for w, m in (("a", model_a), ("b", model_b))}
+        cross = parts[f"cross{x}"]
+        values, low, high = cross.interval()
+        for w, other in (("a", "b"), ("b", "a")):
+            n_layers = grams[w][0].shape[0]
+            tops = {(v, i): highest(squared_norms(grams[v], i), k) for v in (w, other)
+                    for i in range(grams[v][0].shape[0])}
+            key = f"{w}_{r}"
+            table = {q: [] for q in ("matched_all", "matched_without", "matched_noise", "matched_partner")}
+            for i in range(n_layers):
+                j = int(values[i].argmax() if w == "a" else values[:, i].argmax())
+                cell = (i, j) if w == "a" else (j, i)
+                gx, gy = [g[i] for g in grams[w]], [g[j] for g in grams[other]]
+                table["matched_all"].append(cka_without(gx, gy, set(), bs))
+                table["matched_without"].append(cka_without(gx, gy, tops[(w, i)] | tops[(other, j)], bs))
+                table["matched_noise"].append(float((high[cell] - low[cell]) / 2))
+                table["matched_partner"].append(j)
+            if labels is not None and f"labels_{w}{x}" in parts:
+                lv, llo, lhi = parts[f"labels_{w}{x}"].interval()
+                label_grams = labels[:len(grams[w])]
+                table["labels_all"] = [cka_without([g[i] for g in grams[w]], label_grams, set(), bs) for i in range(n_layers)]
+                table["labels_without"] = [cka_without([g[i] for g in grams[w]], label_grams, tops[(w, i)], bs)
+                                           for i in range(n_layers)]
+                table["labels_noise"] = [float((lhi[i, 0] - llo[i, 0]) / 2) for i in range(n_layers)]
+            out.update({f"{key}_{q}": np.array(v) for q, v in table.items()})
+    return out
+
+
+def high_norm_rows(audit: dict, names: dict, layers: dict) -> list:
+    """[(model, reading, layer, comparison, partner, cka_all, cka_without, noise, moved)] of the audit arrays, the rows
+    of tables/high_norm_audit.csv; layers: {'a': [labels], 'b': [labels]}; moved is None without an interval."""
+    from helpers.report.controls import READINGS
+
+    rows = []
+    for w, other in (("a", "b"), ("b", "a")):
+        for r in READINGS:
+            key = f"{w}_{r}"
+            for q in ("labels", "matched"):
+                if f"{key}_{q}_all" not in audit:
+                    continue
+                for i, (v, wo, noise) in enumerate(zip(audit[f"{key}_{q}_all"], audit[f"{key}_{q}_without"],
+                                                       audit[f"{key}_{q}_noise"])):
+                    partner = "class labels" if q == "labels" else layers[other][int(audit[f"{key}_matched_partner"][i])]
+                    rows.append((names[w], r, layers[w][i], q, partner, float(v), float(wo), float(noise),
+                                 moved(float(v), float(wo), float(noise))))
+    return rows
+
+
+def high_norm_columns(audit: dict, layers: dict) -> dict:
+    """tables/high_norm_audit.*: high_norm_rows as columns (models named A and B; moved: yes, no or not judged)."""
+    names = ("model", "reading", "layer", "comparison", "partner", "cka_all", "cka_without", "noise", "moved")
+    rows = high_norm_rows(audit, {"a": "A", "b": "B"}, layers)
+    columns = {n: [row[i] for row in rows] for i, n in enumerate(names)}
+    columns["moved"] = ["not judged" if x is None else ("yes" if x else "no") for x in columns["moved"]]
+    return columns
+
+
+def high_norm_flags(audit: dict, names: dict, layers: dict) -> list:
+    """SUMMARY.md's sentences of the highest-norm audit: for each model and reading, the layers whose label or
+    matched CKA moves by more than its noise without the k highest-norm images; first a FLAG for the comparisons
+    above when a value they use moves (the last layers' label CKA, R1; the last layer of B's matched CKA, R2)."""
+    from helpers.report.controls import READING_WORDS
+
+    k = int(audit["k"])
+    rows = high_norm_rows(audit, names, layers)
+    if all(row[-1] is None for row in rows):
+        return [f"Highest-norm audit (CKA without each layer's {k} highest-norm images): not judged, there are no "
+                "intervals (--repeats 0) to tell a move from noise; the values are in tables/high_norm_audit.csv."]
+    last = {names["a"]: layers["a"][-1], names["b"]: layers["b"][-1]}
+    used = [row for row in rows if row[-1] and row[2] == last[row[0]] and
+            (row[3] == "labels" or (row[3] == "matched" and row[0] == names["b"]))]
+    out = []
+    if used:
+        what = "; ".join(f"the {'label' if row[3] == 'labels' else 'matched'} CKA of {row[0]}'s last layer {row[2]} "
+                         f"({READING_WORDS[row[1]]}) goes from {row[5]:.3f} to {row[6]:.3f} (noise {row[7]:.3f})"
+                         for row in used)
+        out.append(f"HIGH-NORM FLAG for the comparisons above: without the {k} highest-norm images {what}: more than its "
+                   "noise, so these few images weigh on a value the comparisons use (a few dominant images can inflate "
+                   "CKA: Nguyen, Raghu & Kornblith, 2022). Look at them, and at tables/high_norm_audit.csv, before "
+                   "relying on that comparison.")
+    for name in (names["a"], names["b"]):
+        for r in READING_WORDS:
+            mine = [row for row in rows if row[0] == name and row[1] == r]
+            if not mine:
+                continue
+            hits = [f"{row[2]} {'with the labels' if row[3] == 'labels' else 'with ' + row[4]} {row[5]:.2f} -> "
+                    f"{row[6]:.2f} (noise {row[7]:.3f})" for row in mine if row[-1]]
+            head = (f"Highest-norm audit of {name} ({READING_WORDS[r]}; each layer's {k} highest-norm images dropped, "
+                    f"{len(mine)} values)")
+            out.append(f"{head}: FLAG, these move by more than their noise: {'; '.join(hits)}." if hits else
+                       f"{head}: no label or matched CKA moves by more than its noise.")
+    return out

@@ -56,7 +56,8 @@ def write_curve_tables(name: str, columns: dict, folder: Path) -> list:
 OUTPUT_NAMES = tuple(f"{prefix}{name}{x}" for prefix in ("", "twin_", "ref_") for x in ("", "_head")
                      for name in ("cross", "labels_a", "labels_b", "stats_a", "stats_b")) + (
     "within_a", "within_b", "matched_depth", "label_cka", "label_cka_a", "label_cka_b", "cross_head",
-    "attention_distance_a", "attention_distance_b", "receptive_fields", "receptive_field_a", "receptive_field_b")
+    "attention_distance_a", "attention_distance_b", "attention_maps_a", "attention_maps_b", "high_norm_audit",
+    "receptive_fields", "receptive_field_a", "receptive_field_b")
 
 
 def remove_old_outputs(out: Path) -> None:

@@ -129,6 +129,8 @@ def _compute(settings: Settings, model_a, model_b, images, plan: dict, progress:
     """
     from tqdm.auto import tqdm
 
+    from helpers.report.attention_maps import cached_attention_maps
+    from helpers.report.audit import high_norm_audit
     from helpers.report.controls import classifier_policy
 
     cache = Path(settings.out) / "cache"
@@ -154,15 +156,21 @@ def _compute(settings: Settings, model_a, model_b, images, plan: dict, progress:
                 parts[name].subsamples.append(result)
         attention = {w: cached_attention(settings, w, m, images, cache, log) if plan[w] else None
                      for w, m in (("a", model_a), ("b", model_b))}
+        maps = {w: cached_attention_maps(settings, w, m, images, cache, log) if plan[w] else None
+                for w, m in (("a", model_a), ("b", model_b))}
+        readings = {w: {"head": classifier_policy(m), "tokens": getattr(settings, f"policy_{w}")}
+                    for w, m in (("a", model_a), ("b", model_b))}
+        high_norm = cached_arrays(cache / "high_norm.npz", fp, len(images), lambda: high_norm_audit(
+            settings, model_a, model_b, images, parts, readings), log)
         fields = {w: cached_receptive_fields(settings, w, m, images, cache, log) for w, m in (("a", model_a), ("b", model_b))}
     except (ValueError, TypeError, KeyError) as error:
         raise ReportError(f"{error}") from None
-    return {"parts": parts, "attention": attention, "receptive_fields": fields, "log": log, "n_images": len(images),
+    return {"parts": parts, "attention": attention, "attention_maps": maps, "high_norm": high_norm,
+            "receptive_fields": fields, "log": log, "n_images": len(images),
             "images_name": images.name,
             "has_labels": images.labels is not None, "plan": plan,
             "attention_exists": {"a": has_attention(model_a), "b": has_attention(model_b)},
-            "readings": {w: {"head": classifier_policy(m), "tokens": getattr(settings, f"policy_{w}")}
-                         for w, m in (("a", model_a), ("b", model_b))},
+            "readings": readings,
             "model_classes": {"a": type(model_a).__name__, "b": type(model_b).__name__}}
 
 
@@ -249,8 +257,14 @@ def mean_off_diagonal(values: np.ndarray) -> float:
 
 
 def curves(results: dict) -> dict:
-    """{name: columns} of every curve: matched depth, CKA with the labels, attention distances."""
+    """{name: columns} of every curve: matched depth, CKA with the labels, attention distances and maps, receptive
+    fields, and the highest-norm audit's table."""
     parts, out = results["parts"], {}
+    if results.get("high_norm") is not None:  # the highest-norm audit's table (helpers.report.audit)
+        from helpers.report.audit import high_norm_columns
+
+        out["high_norm_audit"] = high_norm_columns(results["high_norm"], {"a": list(parts["cross"].full.rows),
+                                                                          "b": list(parts["cross"].full.cols)})
     m = matched_depth(parts["cross"])
     out["matched_depth"] = {"b_layer": m["b_layer"], "b_index": list(range(len(m["b_layer"]))), "matched_a_layer": m["a_layer"],
                             "matched_a_index": list(m["a_index"]), "cka": m["cka"], "ci_low": m["ci_low"],
@@ -276,4 +290,8 @@ def curves(results: dict) -> dict:
                                               "head": [h for _ in range(d.shape[0]) for h in range(d.shape[1])],
                                               "distance_px": d.reshape(-1),
                                               "uniform_head_px": [att["uniform"]] * d.size}
+        if (results.get("attention_maps") or {}).get(w) is not None:
+            from helpers.report.attention_maps import table
+
+            out[f"attention_maps_{w}"] = table(results["attention_maps"][w])
     return out

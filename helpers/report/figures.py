@@ -153,4 +153,8 @@ def figures(results: dict, settings: Settings) -> dict:
     for w in ("a", "b"):
         if results["attention"][w] is not None:
             figs[f"attention_distance_{w}"] = attention_figure(results["attention"][w], getattr(settings, f"model_{w}"))
+        if (results.get("attention_maps") or {}).get(w) is not None:
+            from helpers.report.attention_maps import attention_maps_figure
+
+            figs[f"attention_maps_{w}"] = attention_maps_figure(results["attention_maps"][w], getattr(settings, f"model_{w}"))
     return figs

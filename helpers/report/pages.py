@@ -35,6 +35,17 @@ def captions(results: dict, settings, figure_names) -> dict:
             text[f"attention_distance_{w}"] = (f"Mean attention distance (px) of every head of every block of {name}, "
                                                f"patch tokens only, first {att['n_images']} images; one reading, no "
                                                "interval. Dashed: a head attending uniformly.")
+        maps = (results.get("attention_maps") or {}).get(w)
+        if maps is not None:
+            heads, last = maps["first"].shape[1], maps["blocks"] - 1
+            text[f"attention_maps_{w}"] = (
+                f"Attention of {name}'s {maps['query']} over its patch grid, on {len(maps['indices'])} example images "
+                f"(images {', '.join(str(int(i)) for i in maps['indices'])} of '{results['images_name']}': "
+                f"{'the first image of each of the first classes' if results['has_labels'] else 'the first images'}), in block 0 (the first) and block {last} (the last): per row the image as the model saw "
+                f"it, the mean over the {heads} heads, then each head, drawn over the grey image; one colour scale per "
+                "row (0 to its largest value). Raw softmax probabilities on the patch keys (the rest of the row goes "
+                "to the prefix tokens); one reading, no interval: a few images illustrate, they do not measure. "
+                f"Every value: tables/attention_maps_{w}.csv.")
     return {k: v for k, v in text.items() if k in figure_names}
 
 
@@ -45,7 +56,7 @@ def captions_markdown(results: dict, settings, figure_names) -> str:
     return "\n".join(lines)
 
 
-KEY_FIGURES = ("label_cka", "matched_depth", "cross_head", "cross")
+KEY_FIGURES = ("label_cka", "matched_depth", "cross_head", "cross", "attention_maps_a", "attention_maps_b")
 
 
 def overview_html(results: dict, settings, summary_lines: list, table_markdown: str, figure_names) -> str:

@@ -21,6 +21,8 @@ REFERENCES = [
     "Revisited. ICML. arXiv:1905.00414.",
     "Nguyen, T., Raghu, M., & Kornblith, S. (2021). Do Wide and Deep Networks Learn the Same Things? Uncovering "
     "How Neural Network Representations Vary with Width and Depth. ICLR. arXiv:2010.15327.",
+    "Nguyen, T., Raghu, M., & Kornblith, S. (2022). On the Origins of the Block Structure Phenomenon in Neural Network "
+    "Representations. TMLR. arXiv:2202.07184.",
 ]
 
 
@@ -106,6 +108,11 @@ def summary_sentences(results: dict, settings: Settings) -> list:
 
     flag = last_layer_flag(parts, results["has_labels"], {"a": A, "b": B}, results["readings"])
     s += ([flag] if flag else []) + flags(parts, results["has_labels"], {"a": A, "b": B}, results["readings"])
+    if results.get("high_norm") is not None:
+        from helpers.report.audit import high_norm_flags
+
+        s += high_norm_flags(results["high_norm"], {"a": A, "b": B},
+                             {"a": list(parts["cross"].full.rows), "b": list(parts["cross"].full.cols)})
     if results["has_labels"]:
         for w, name in (("a", A), ("b", B)):
             for r in rc.READINGS:
@@ -135,6 +142,13 @@ def summary_sentences(results: dict, settings: Settings) -> list:
             continue
         d, u = att["distances"], att["uniform"]
         local = int((d < u / 2).sum())
+        maps = (results.get("attention_maps") or {}).get(w)
+        if maps is not None:
+            share = maps["prefix_share_last"].mean()
+            s.append(f"Attention maps of {name} (figures/attention_maps_{w}; {maps['query']}, {len(maps['indices'])} "
+                     f"example images, blocks 0 and {maps['blocks'] - 1}) illustrate, they do not measure; in the last "
+                     f"block the {maps['query']} puts {1 - share:.0%} of its attention on the patches on these images "
+                     f"(averaged over the heads), the rest on the prefix tokens.")
         s.append(f"In {name} the mean attention distance over heads is {d[0].mean():.1f} px in the first block and "
                  f"{d[-1].mean():.1f} px in the last (a uniform head: {u:.1f} px); {local} of {d.size} heads attend "
                  f"within half the uniform distance (first {att['n_images']} images).")
@@ -233,6 +247,13 @@ def methods_text(results: dict, settings: Settings) -> str:
         n_att = next(a["n_images"] for a in results["attention"].values() if a is not None)
         paragraph += (f" For models with attention, the mean attention distance of each head (in pixels, patch tokens "
                       f"only, attention renormalised over patch keys) is averaged over the first {n_att} images.")
+    maps = [m for m in (results.get("attention_maps") or {}).values() if m is not None]
+    if maps:
+        paragraph += (f" Attention maps illustrate where the heads look: for {len(maps[0]['indices'])} example images "
+                      "(the first image of each of the first classes, or the first images of an unlabelled set), the "
+                      "attention probabilities of one query token over the patch keys (the CLS token for a model whose "
+                      "head reads it, otherwise the centre patch), per head and averaged over the heads, in the first "
+                      "and the last block.")
     fields = [f for f in results.get("receptive_fields", {}).values() if f and "error" not in f]
     if fields:
         paragraph += (f" Effective receptive fields (as in Raghu et al., 2021, Fig. 6): the absolute gradient of each "
@@ -253,7 +274,13 @@ def methods_text(results: dict, settings: Settings) -> str:
                   "image's mean brightness and with its per-channel colour means (pixel values with the model's "
                   "normalisation undone), and the share of its variance along the top principal component (per "
                   "minibatch, averaged); layers whose CKA with these statistics is at least their CKA with the labels "
-                  "are flagged in the summary.")
+                  "are flagged in the summary. A highest-norm audit (after Nguyen, Raghu & Kornblith, 2022, who found "
+                  "that a few images of very large activation norm can dominate CKA) recomputes, for each recorded "
+                  "layer under both readings, its CKA with the class labels and its matched CKA (with its best match "
+                  "in the other model) without the layer's k highest-norm images (k = 1% of the images, at least 5; "
+                  "for a pair, both layers' k), the norm measured from the minibatch mean; the summary flags a value "
+                  "that moves by more than the half-width of its interval. The matched-depth correlation is not "
+                  "recomputed this way.")
     paragraph += (f" Software: Python {v['python']}, PyTorch {v['torch']}, timm {v['timm']}, NumPy {v['numpy']}, "
                   f"Matplotlib {v['matplotlib']}, course helpers at commit {v['course_commit']}.")
     refs = "\n".join(f"- {r}" for r in references(results, settings))
