@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from helpers.capture import layout_of
 from helpers.cka import check_enough_for_unbiased
 from helpers.guards import evaluating
 
@@ -126,9 +127,13 @@ def capture_tokens(model, images, layers, batch_size: int = 256, pool_to=None, d
     modules = dict(model.named_modules())
     current, kept, grids, prefixes = {}, {}, {}, {}
 
+    channels_last = {layer for layer in layers if layout_of(model, layer) == "NHWC"}  # Swin, ConvNeXt norm/mlp
+
     def hook(layer):
         def record(_module, _inputs, output):
             output = output[0] if isinstance(output, (tuple, list)) else output
+            if layer in channels_last and output.ndim == 4:  # (B, H, W, C) -> (B, C, H, W), what _as_tokens reads
+                output = output.permute(0, 3, 1, 2)
             current[layer] = output.detach()
         return record
 

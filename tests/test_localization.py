@@ -173,3 +173,20 @@ def test_capture_tokens_refuses_more_memory_than_allowed(vit):
     kept = localization.capture_tokens(vit, images, [f"blocks.{i}" for i in range(6)], batch_size=16,
                                        max_gib=per_image * 64 / 2 ** 30)
     assert kept["blocks.5"].values.shape == (64, 65, 64)
+
+
+def test_capture_tokens_reads_swin_maps_channels_last():
+    """timm's Swin writes (B, H, W, C) maps: capture_tokens must give H*W tokens of C channels, the same tokens as
+    permuting the stage's output by hand (reading it as (B, C, H, W) would give W*C 'tokens' of H values)."""
+    import timm
+
+    torch.manual_seed(0)
+    swin = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, img_size=64, window_size=2,
+                             num_classes=10).eval()
+    x = torch.randn(3, 3, 64, 64)
+    tokens = localization.capture_tokens(swin, x, ["layers.1"], batch_size=3)["layers.1"]
+    with torch.no_grad():
+        maps = swin.layers[1](swin.layers[0](swin.patch_embed(x)))  # (B, H, W, C)
+    b, h, w, c = maps.shape
+    assert tokens.grid == (h, w)
+    assert torch.allclose(tokens.spatial, maps.reshape(b, h * w, c), atol=1e-6)
