@@ -1,0 +1,269 @@
+"""The report's conclusions under other similarity measures (--measures): does each one depend on CKA?
+
+For each comparative conclusion of the report (helpers.report.controls: R1 the class-information order of the last
+layers, R2 the last layer's counterpart, R3 matched depth follows depth) the same statistic is recomputed with each
+other measure of helpers.measures (orthogonal Procrustes, RSA, mutual k-NN) and judged by the same code
+(controls.judged: helpers.verdicts, the effect against its subsample interval, the reference spread and the
+untrained twins), under both readings. SUMMARY.md then says, for each conclusion, whether it agrees across
+measures or depends on the measure.
+
+What is computed. The other measures need every pair of images at once, not minibatches, so they run on a fixed
+subsample: the first --measure-count images of the set (512 by default; fewer when the set is smaller), in ONE
+forward pass per model and reading, each recorded layer read by that reading's token policy and kept as its
+(n, n) float64 Gram matrix (helpers.measures reads a representation only through it). The interval comes from the
+same Grams on disjoint subsamples of those images (helpers.intervals; as many as --repeats, but each of at least
+MIN_PER_SUBSAMPLE images). Process 0 computes all of it in a run with torchrun.
+
+Cost on the default report (2 cores, lite models): about 10 s for Procrustes (one eigendecomposition per layer and
+one small SVD per pair of layers); a forward pass of --measure-count images at once needs the memory of that batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from helpers.report.settings import ReportError
+
+KEYS = {"cka": "CKA", "procrustes": "Procrustes", "rsa": "RSA", "knn": "mutual k-NN"}  # --measures name: printed name
+K_NEIGHBOURS = 10          # mutual k-NN's k (Huh et al. 2024 used 10)
+MIN_PER_SUBSAMPLE = 50     # images per disjoint subsample of the measures' images, at least
+MIN_IMAGES = 2 * MIN_PER_SUBSAMPLE
+
+DESCRIPTIONS = {
+    "procrustes": ("orthogonal Procrustes similarity ||X̃ᵀỸ||_* (X̃, Ỹ: the features centred and scaled to unit "
+                   "Frobenius norm; 1 minus half its squared distance after the best rotation; the shape metric of "
+                   "Williams et al. 2021, which weighs each direction by its standard deviation where CKA weighs it by "
+                   "its variance)"),
+    "rsa": ("RSA: the Spearman correlation of the two representational dissimilarity matrices of Euclidean distances "
+            "between images (Kriegeskorte et al. 2008), which reads only the rank order of the distances"),
+    "knn": (f"mutual k-nearest neighbours: the mean share of each image's {K_NEIGHBOURS} nearest neighbours (cosine) "
+            "that both representations agree on (Huh et al. 2024), which reads only local structure"),
+}
+REFERENCES = {
+    "procrustes": "Williams, Kunz, Kornblith & Linderman (2021). Generalized shape metrics on neural representations. NeurIPS.",
+    "rsa": "Kriegeskorte, Mur & Bandettini (2008). Representational similarity analysis. Frontiers in Systems Neuroscience 2:4.",
+    "knn": "Huh, Cheung, Wang & Isola (2024). The platonic representation hypothesis. ICML.",
+}
+
+
+def measure_keys(text: str) -> list:
+    """'cka,procrustes' -> ['procrustes']: the measures beside CKA (CKA, the report's own, is always computed).
+
+    An unknown name is a ReportError listing the valid ones."""
+    names = [x.strip().lower() for x in str(text).split(",") if x.strip()]
+    unknown = [x for x in names if x not in KEYS]
+    if unknown:
+        raise ReportError(f"--measures {text}: unknown measure(s) {unknown}. Choose from {', '.join(KEYS)} "
+                          "(comma-separated, e.g. cka,procrustes,rsa).")
+    return [x for x in dict.fromkeys(names) if x != "cka"]
+
+
+def check(settings, n_images: int) -> list:
+    """The other measures asked for, after checking --measures and --measure-count against the images."""
+    keys = measure_keys(settings.measures)
+    if keys and min(settings.measure_count, n_images) < MIN_IMAGES:
+        raise ReportError(f"--measure-count {settings.measure_count} with {n_images} images: the other measures need at "
+                          f"least {MIN_IMAGES} images (two subsamples of {MIN_PER_SUBSAMPLE}); give more, or --measures cka.")
+    return keys
+
+
+# --------------------------------------------------------------------------- Grams of the measures' images
+
+
+def _gram(rows: torch.Tensor) -> torch.Tensor:
+    """(n, p) features -> (n, n) float64 Gram X Xᵀ, uncentred (mutual k-NN measures cosines from the origin)."""
+    rows = rows.double()
+    return rows @ rows.T
+
+
+def layer_grams(model, images, layers, policy: str) -> dict:
+    """{layer label: (n, n) float64 numpy Gram} of every image of `images` in one forward pass (helpers.capture)."""
+    from helpers.capture import Capture
+    from helpers.data import batches
+    from helpers.guards import evaluating
+
+    with torch.no_grad(), evaluating(model), Capture(model, layers, policy, transform=_gram) as capture:
+        model(next(batches(images, model, len(images))))
+        return {name: gram.detach().cpu().numpy() for name, gram in capture.take().items()}
+
+
+def label_gram(labels, classes) -> np.ndarray:
+    """(n, n) float64 Gram of the one-hot class labels: 1 for a pair of the same class, else 0."""
+    index = np.searchsorted(np.asarray(classes), np.asarray(list(labels)))
+    return (index[:, None] == index[None, :]).astype(np.float64)
+
+
+# --------------------------------------------------------------------------- one measure from Grams
+
+
+def prepare(K: np.ndarray, key: str):
+    """What measure `key` needs of one representation, from its (n, n) Gram K.
+
+    procrustes: F (n, r) with F Fᵀ the centred Gram scaled to trace 1 (its r non-zero directions): the nuclear norm
+    of F_xᵀ F_y (r_x, r_y) is ||X̃ᵀỸ||_*, cheap when a reading is pooled (r at most the width). rsa, knn:
+    helpers.measures.prepare_gram."""
+    from helpers import measures
+    from helpers.cka import center_gram
+
+    if key == "procrustes":
+        centred = np.asarray(center_gram(K))
+        trace = np.trace(centred)
+        if trace <= 0:
+            raise ValueError("a representation is the same for every image (zero variance): Procrustes is undefined.")
+        values, vectors = np.linalg.eigh(centred / trace)
+        keep = values > 1e-12 * values[-1]
+        return vectors[:, keep] * np.sqrt(values[keep])
+    return measures.prepare_gram(K, K_NEIGHBOURS)
+
+
+def similarity(a, b, key: str) -> float:
+    """The similarity of two prepared representations of the same images under measure `key` (1 = same)."""
+    if key == "procrustes":
+        return float(min(np.linalg.svd(a.T @ b, compute_uv=False).sum(), 1.0))
+    if key == "rsa":
+        return float(a["rsa"] @ b["rsa"])
+    return float((a["knn"] & b["knn"]).sum() / (len(a["knn"]) * a["k"]))
+
+
+def matrix(grams_a: dict, grams_b: dict, key: str, idx=None) -> np.ndarray:
+    """(La, Lb) similarities of every layer of A with every layer of B, on the images idx (all when None)."""
+    pick = (lambda K: K) if idx is None else (lambda K: K[np.ix_(idx, idx)])
+    prepared_a = [prepare(pick(K), key) for K in grams_a.values()]
+    prepared_b = [prepare(pick(K), key) for K in grams_b.values()]
+    return np.array([[similarity(a, b, key) for b in prepared_b] for a in prepared_a])
+
+
+# --------------------------------------------------------------------------- the report's parts, re-measured
+
+
+def compute_measures(settings, model_a, model_b, images, results: dict, controls: dict) -> dict:
+    """{key: {'parts': {name: Part}, 'judgements': controls.judged(...)}} for each measure beside CKA, and
+    'n_images', 'repeats': the images used. Parts have the report's names (cross, cross_head, labels_a, twin_cross,
+    ...), so controls.judged judges them exactly as it judges CKA's."""
+    from helpers import intervals
+    from helpers.data import subset
+    from helpers.minibatch_cka import CKAMatrix
+    from helpers.report.compute import Part
+    from helpers.report.controls import READINGS, classifier_policy, judged, suffix
+    from helpers.report.settings import layers_arg
+
+    keys = check(settings, len(images))
+    if not keys:
+        return {}
+    n = min(settings.measure_count, len(images))
+    chosen = subset(images, range(n))
+    repeats = min(settings.repeats, n // MIN_PER_SUBSAMPLE) if settings.repeats else 0
+    parts_idx = intervals.disjoint_subsamples(n, repeats, settings.seed) if repeats else []
+    la, lb = layers_arg(settings.layers_a), layers_arg(settings.layers_b)
+    sets = [("", model_a, model_b)] + [(f"{k}_", ma, mb) for k, (ma, mb) in controls.items()]
+    labels = None
+    if images.labels is not None:
+        labels = {"class labels": label_gram(chosen.labels, np.unique(np.asarray(list(images.labels))))}
+    grams = {}
+    for prefix, ma, mb in sets:
+        for r in READINGS:
+            pa, pb = ((classifier_policy(ma), classifier_policy(mb)) if r == "head"
+                      else (settings.policy_a, settings.policy_b))
+            grams[prefix, r] = (layer_grams(ma, chosen, la, pa), layer_grams(mb, chosen, lb, pb))
+    out = {"n_images": n, "repeats": repeats}
+    for key in keys:
+        def part(name, ga, gb):
+            full = CKAMatrix(matrix(ga, gb, key), list(ga), list(gb), estimator=KEYS[key], n_examples=n)
+            subs = [CKAMatrix(matrix(ga, gb, key, idx), list(ga), list(gb), estimator=KEYS[key], n_examples=len(idx))
+                    for idx in parts_idx]
+            return Part(name, full, subs, settings.level)
+
+        parts = {}
+        for (prefix, r), (ga, gb) in grams.items():
+            x = suffix(r)
+            parts[f"{prefix}cross{x}"] = part(f"{prefix}cross{x}", ga, gb)
+            if labels is not None:
+                last_a, last_b = list(ga)[-1], list(gb)[-1]  # R1 reads the last layers only
+                parts[f"{prefix}labels_a{x}"] = part(f"{prefix}labels_a{x}", {last_a: ga[last_a]}, labels)
+                parts[f"{prefix}labels_b{x}"] = part(f"{prefix}labels_b{x}", {last_b: gb[last_b]}, labels)
+        out[key] = {"parts": parts, "judgements": judged(parts, labels is not None, settings.level)}
+    return out
+
+
+# --------------------------------------------------------------------------- the words
+
+
+CLAIM_WORDS = {"R1": "the class-information order of the last layers (R1)",
+               "R2": "the last layer of B has a counterpart in A beyond the untrained twins (R2)",
+               "R3": "matched depth follows depth beyond the untrained twins (R3)"}
+
+
+def conclusion(by_reading: dict) -> str:
+    """One word for a claim under one measure, from its verdicts under both readings (as the summary decides)."""
+    from helpers.report.controls import _learned, agree, unjudged
+
+    if unjudged(by_reading):
+        return "not judged"
+    if not agree(by_reading):
+        return "readings disagree"
+    if not _learned(by_reading["head"]):
+        return "not shown"
+    if "A - B" in by_reading["head"].measure:
+        return "holds, A higher"
+    if "B - A" in by_reading["head"].measure:
+        return "holds, B higher"
+    return "holds"
+
+
+def sentences(measured: dict, cka_judgements: dict, A: str, B: str) -> list:
+    """One sentence per judged conclusion: 'agrees across measures (CKA: holds; Procrustes: holds)' or
+    'depends on the measure (...)'."""
+    keys = [k for k in measured if k in KEYS]
+    if not keys:
+        return []
+    out = []
+    for claim in cka_judgements:
+        words = {"CKA": conclusion(cka_judgements[claim])}
+        words.update({KEYS[k]: conclusion(measured[k]["judgements"][claim]) for k in keys})
+        listed = "; ".join(f"{m}: {w}" for m, w in words.items())
+        what = CLAIM_WORDS[claim].replace(" B ", f" {B} ").replace(" A ", f" {A} ")
+        verdict = "agrees across measures" if len(set(words.values())) == 1 else "DEPENDS ON THE MEASURE"
+        out.append(f"Whether {what}: {verdict} ({listed}; the other measures on the first {measured['n_images']} images).")
+    return out
+
+
+def table(measured: dict, cka_judgements: dict) -> str:
+    """Markdown: each claim and reading, its effect against its noise, the untrained twins and the verdict, per measure."""
+    from helpers.report.controls import READING_WORDS, _effect_text
+
+    keys = [k for k in measured if k in KEYS]
+    rows = ["| conclusion | reading | " + " | ".join(["CKA"] + [KEYS[k] for k in keys]) + " |",
+            "|---|---|" + "---|" * (1 + len(keys))]
+    for claim, by_reading in cka_judgements.items():
+        for r in by_reading:
+            cells = [_effect_text(by_reading[r])] + [_effect_text(measured[k]["judgements"][claim][r]) for k in keys]
+            rows.append(f"| {claim} | {READING_WORDS[r]} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def claims_rows(measured: dict, cka_judgements: dict) -> list:
+    """Rows for tables/measure_claims.csv: claim, reading, measure, effect, noise, untrained twins, verdict."""
+    keys = [k for k in measured if k in KEYS]
+    rows = []
+    for claim, by_reading in cka_judgements.items():
+        for r in by_reading:
+            for name, v in [("CKA", by_reading[r])] + [(KEYS[k], measured[k]["judgements"][claim][r]) for k in keys]:
+                rows.append([claim, r, name, v.effects[0] if v.effects else None, v.noise[0] if v.noise else None,
+                             v.floor, v.words()])
+    return rows
+
+
+def methods_paragraph(measured: dict) -> str:
+    """METHODS.md's paragraph on the other measures (empty without any)."""
+    keys = [k for k in measured if k in KEYS]
+    if not keys:
+        return ""
+    described = "; ".join(DESCRIPTIONS[k] for k in keys)
+    cited = " ".join(REFERENCES[k] for k in keys)
+    return (f"\n## Other similarity measures\n\nEach comparative conclusion was recomputed with {described}. They "
+            f"compare every pair of images at once, so they ran on the first {measured['n_images']} images of the set "
+            f"(one forward pass per model and reading, each layer kept as its Gram matrix), with intervals from "
+            f"{measured['repeats']} disjoint subsamples of those images, and were judged by the same rule as CKA (the "
+            "effect against its interval and any reference spread, and against the untrained twins), under both "
+            f"readings. A conclusion agrees across measures when every measure reaches the same verdict.\n\n{cited}\n")
