@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from helpers.report import measures
-from helpers.report.compute import Part, compute, curves
+from helpers.report.compute import Part, compute, curves, thread_count, torch_threads
 from helpers.report.distributed import barrier, init_from_environment, world
 from helpers.report.figures import _save, figures
 from helpers.report.loading import load_inputs
@@ -146,8 +146,9 @@ def run(settings: Settings, progress: bool = True) -> dict:
     results = compute(settings, model_a, model_b, images, plan, progress=progress)
     if here.main:  # the other measures: one forward pass of --measure-count images, on process 0 only
         try:
-            results["measures"] = measures.compute_measures(settings, model_a, model_b, images, results,
-                                                            results["controls"])
+            with torch_threads(thread_count(settings, model_a, model_b)):
+                results["measures"] = measures.compute_measures(settings, model_a, model_b, images, results,
+                                                                results["controls"])
         except (ValueError, TypeError) as error:
             raise ReportError(f"The other measures (--measures {settings.measures}): {error}") from None
     results["files"] = write_bundle(results, settings) if here.main else []

@@ -98,39 +98,53 @@ def label_gram(labels, classes) -> np.ndarray:
 
 
 def prepare(K: np.ndarray, key: str):
-    """What measure `key` needs of one representation, from its (n, n) Gram K.
+    """What measure `key` needs of one representation, from its (n, n) float64 Gram K (the same numbers as
+    helpers.measures.prepare_gram, only the one measure's, with torch's linear algebra so that the report's thread
+    setting holds: numpy's BLAS threads fight over a busy machine's cores).
 
-    procrustes: F (n, r) with F Fᵀ the centred Gram scaled to trace 1 (its r non-zero directions): the nuclear norm
-    of F_xᵀ F_y (r_x, r_y) is ||X̃ᵀỸ||_*, cheap when a reading is pooled (r at most the width). rsa, knn:
-    helpers.measures.prepare_gram."""
-    from helpers import measures
-    from helpers.cka import center_gram
+    procrustes: F (n, r) with F Fᵀ the centred Gram scaled to trace 1 (its r non-zero directions); the nuclear norm
+        of F_xᵀ F_y (r_x, r_y) is ||X̃ᵀỸ||_*, cheap when a reading is pooled (r at most the width).
+    rsa: the centred, unit-length ranks of the Euclidean distances between images (upper triangle).
+    knn: the (n, n) 0/1 matrix of each image's K_NEIGHBOURS nearest neighbours by cosine.
+    """
+    from helpers.measures import ranks
 
+    K = np.asarray(K, dtype=np.float64)
+    n = len(K)
+    diagonal = np.diag(K)
     if key == "procrustes":
-        centred = np.asarray(center_gram(K))
+        centred = K - K.mean(0, keepdims=True) - K.mean(1, keepdims=True) + K.mean()
         trace = np.trace(centred)
         if trace <= 0:
             raise ValueError("a representation is the same for every image (zero variance): Procrustes is undefined.")
-        values, vectors = np.linalg.eigh(centred / trace)
+        values, vectors = torch.linalg.eigh(torch.from_numpy(centred / trace))
         keep = values > 1e-12 * values[-1]
-        return vectors[:, keep] * np.sqrt(values[keep])
-    return measures.prepare_gram(K, K_NEIGHBOURS)
+        return vectors[:, keep] * values[keep].sqrt()
+    if key == "rsa":
+        upper = np.triu_indices(n, k=1)
+        r = ranks(np.sqrt(np.clip(diagonal[:, None] + diagonal[None, :] - 2 * K, 0, None))[upper])
+        r = r - r.mean()
+        return r / np.linalg.norm(r)
+    if (diagonal <= 0).any():
+        raise ValueError(f"{int((diagonal <= 0).sum())} image(s) give the zero vector: cosine neighbours are undefined.")
+    cosine = K / np.sqrt(diagonal[:, None] * diagonal[None, :])
+    np.fill_diagonal(cosine, -np.inf)  # an image is not its own neighbour
+    neighbours = np.zeros((n, n), dtype=bool)
+    np.put_along_axis(neighbours, np.argsort(-cosine, axis=1, kind="stable")[:, :K_NEIGHBOURS], True, axis=1)
+    return neighbours
 
 
 def similarity(a, b, key: str) -> float:
     """The similarity of two prepared representations of the same images under measure `key` (1 = same)."""
     if key == "procrustes":
-        return float(min(np.linalg.svd(a.T @ b, compute_uv=False).sum(), 1.0))
+        return float(min(float(torch.linalg.svdvals(a.T @ b).sum()), 1.0))
     if key == "rsa":
-        return float(a["rsa"] @ b["rsa"])
-    return float((a["knn"] & b["knn"]).sum() / (len(a["knn"]) * a["k"]))
+        return float(a @ b)
+    return float((a & b).sum() / (len(a) * K_NEIGHBOURS))
 
 
-def matrix(grams_a: dict, grams_b: dict, key: str, idx=None) -> np.ndarray:
-    """(La, Lb) similarities of every layer of A with every layer of B, on the images idx (all when None)."""
-    pick = (lambda K: K) if idx is None else (lambda K: K[np.ix_(idx, idx)])
-    prepared_a = [prepare(pick(K), key) for K in grams_a.values()]
-    prepared_b = [prepare(pick(K), key) for K in grams_b.values()]
+def matrix(prepared_a: list, prepared_b: list, key: str) -> np.ndarray:
+    """(La, Lb) similarities of every prepared layer of A with every prepared layer of B."""
     return np.array([[similarity(a, b, key) for b in prepared_b] for a in prepared_a])
 
 
@@ -167,21 +181,27 @@ def compute_measures(settings, model_a, model_b, images, results: dict, controls
                       else (settings.policy_a, settings.policy_b))
             grams[prefix, r] = (layer_grams(ma, chosen, la, pa), layer_grams(mb, chosen, lb, pb))
     out = {"n_images": n, "repeats": repeats}
+    samples = [None] + list(parts_idx)  # all n images, then each disjoint subsample
     for key in keys:
-        def part(name, ga, gb):
-            full = CKAMatrix(matrix(ga, gb, key), list(ga), list(gb), estimator=KEYS[key], n_examples=n)
-            subs = [CKAMatrix(matrix(ga, gb, key, idx), list(ga), list(gb), estimator=KEYS[key], n_examples=len(idx))
-                    for idx in parts_idx]
+        def prepared(grams_of_layers: dict) -> list:
+            """[[prepared layer for each layer] for all images, then for each subsample]"""
+            return [[prepare(K if idx is None else K[np.ix_(idx, idx)], key) for K in grams_of_layers.values()]
+                    for idx in samples]
+
+        def part(name, rows, cols, pa, pb):
+            full, *subs = [CKAMatrix(matrix(a, b, key), rows, cols, estimator=KEYS[key],
+                                     n_examples=n if idx is None else len(idx)) for a, b, idx in zip(pa, pb, samples)]
             return Part(name, full, subs, settings.level)
 
         parts = {}
+        label_prepared = None if labels is None else prepared(labels)
         for (prefix, r), (ga, gb) in grams.items():
-            x = suffix(r)
-            parts[f"{prefix}cross{x}"] = part(f"{prefix}cross{x}", ga, gb)
-            if labels is not None:
-                last_a, last_b = list(ga)[-1], list(gb)[-1]  # R1 reads the last layers only
-                parts[f"{prefix}labels_a{x}"] = part(f"{prefix}labels_a{x}", {last_a: ga[last_a]}, labels)
-                parts[f"{prefix}labels_b{x}"] = part(f"{prefix}labels_b{x}", {last_b: gb[last_b]}, labels)
+            x, pa, pb = suffix(r), prepared(ga), prepared(gb)
+            parts[f"{prefix}cross{x}"] = part(f"{prefix}cross{x}", list(ga), list(gb), pa, pb)
+            if labels is not None:  # R1 reads the last layers only
+                for w, g, p in (("a", ga, pa), ("b", gb, pb)):
+                    parts[f"{prefix}labels_{w}{x}"] = part(f"{prefix}labels_{w}{x}", [list(g)[-1]], ["class labels"],
+                                                           [layers[-1:] for layers in p], label_prepared)
         out[key] = {"parts": parts, "judgements": judged(parts, labels is not None, settings.level)}
     return out
 
