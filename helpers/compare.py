@@ -247,9 +247,11 @@ def label_cka_state(model, images: ImageSet, layers="blocks", policy: str = "all
     if classes is None:
         one_hot = torch.nn.functional.one_hot(class_indices(images)).float()
     else:
-        classes = np.asarray(classes)
-        one_hot = torch.nn.functional.one_hot(torch.as_tensor(np.searchsorted(classes, np.asarray(list(images.labels)))),
-                                              len(classes)).float()
+        classes, labels = np.asarray(classes), np.asarray(list(images.labels))
+        index = np.searchsorted(classes, labels).clip(0, len(classes) - 1)
+        if not (classes[index] == labels).all():
+            raise ValueError(f"Some labels of '{images.name}' are not among the classes given: {sorted(set(labels) - set(classes))}.")
+        one_hot = torch.nn.functional.one_hot(torch.as_tensor(index), len(classes)).float()
     start = time.time()
     model = _model(model, "model")
     capture = _gram_capture(model, layers, policy)

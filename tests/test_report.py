@@ -338,6 +338,7 @@ def test_measures_summary_has_one_sentence_per_conclusion_and_the_table(bundle):
     assert "## Each conclusion under each measure" in summary
     methods = (out / "METHODS.md").read_text()
     assert "Williams" in methods and "first 512 images" in methods
+    assert "**tables/measure_claims.csv**" in (out / "CAPTIONS.md").read_text()
 
 
 def test_measures_claims_table_holds_the_judged_numbers(bundle):

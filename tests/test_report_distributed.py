@@ -13,9 +13,10 @@ import torch.multiprocessing as mp
 from helpers import report
 from helpers.report.distributed import n_batches, shard_indices
 
-# 51 images in batches of 16: three full batches and a last one of 3, which one process skips (too small for
-# unbiased HSIC); each subsample of 25 is a full batch and a last one of 9, which counts
-SMALL = dict(count=51, repeats=2, batch_size=16, attention_count=16, threads=1, measures="cka")  # other measures: process 0
+# 43 images in batches of 20: two full batches and a last one of 3, which one process skips (too small for unbiased
+# HSIC); each subsample of 21 is one batch (and 1 image skipped), so each process has no batch of one subsample and
+# joins its all_reduce with zero sums
+SMALL = dict(count=43, repeats=2, batch_size=20, attention_count=16, threads=1, measures="cka")  # other measures: process 0
 
 
 @pytest.mark.parametrize("n, batch, size", [(63, 12, 2), (64, 12, 2), (100, 16, 3), (20, 16, 4), (7, 12, 2)])

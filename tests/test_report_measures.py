@@ -30,6 +30,12 @@ def test_each_measure_from_grams_equals_helpers_measures(width):
     assert got["knn"] == pytest.approx(reference.mutual_knn(X, Y, measures.K_NEIGHBOURS), abs=1e-12)
 
 
-def test_too_few_images_for_the_measures_is_a_clear_error(tmp_path, capsys):
-    assert report.main(["--count", "60", "--repeats", "0", "--out", str(tmp_path)]) == 2
-    assert "--measure-count" in capsys.readouterr().err
+def test_too_few_images_for_the_measures(tmp_path, capsys):
+    """--measure-count below 100 is refused; a set of fewer images is reported on CKA alone, with a sentence saying so."""
+    assert report.main(["--measure-count", "60", "--out", str(tmp_path)]) == 2
+    assert "--measure-count 60" in capsys.readouterr().err
+    settings = report.Settings(count=60, out=str(tmp_path))
+    measured = measures.compute_measures(settings, None, None, [None] * 60, {}, {})
+    assert measures.keys_of(measured) == [] and measures.table(measured, {}) == ""
+    assert measures.sentences(measured, {}, "A", "B") == [
+        "The other measures (Procrustes) were not computed: they need at least 100 images and the set has 60."]

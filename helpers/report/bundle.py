@@ -73,13 +73,13 @@ def remove_old_outputs(out: Path) -> None:
 def write_measure_tables(measured: dict, cka_judgements: dict, folder: Path) -> list:
     """measure_claims.csv (each conclusion and reading under each measure: effect, noise, twins, verdict) and
     measure_<key>.npz for each other measure (every matrix it was judged on, with its subsample values)."""
-    if not measured:
+    if not measures.keys_of(measured):
         return []
     paths = [_write_csv(folder / "measure_claims.csv", ["claim", "reading", "measure", "effect", "noise", "untrained_twins",
                                                         "verdict"],
                         [[_fmt(x) if isinstance(x, float) else ("" if x is None else x) for x in row]
                          for row in measures.claims_rows(measured, cka_judgements)])]
-    for key in (k for k in measured if k in measures.KEYS):
+    for key in measures.keys_of(measured):
         arrays = {}
         for name, part in measured[key]["parts"].items():
             arrays.update({name: part.full.values, f"{name}_subsample_values": part.sub_values,
@@ -120,14 +120,14 @@ def write_bundle(results: dict, settings: Settings) -> list:
                                                                       settings.model_b)
     summary = "\n".join(f"- {line}" for line in lines)
     table = readings_table(results["parts"], results["has_labels"], settings.model_a, settings.model_b, settings.level)
-    across = "" if not measured else (
+    across = "" if not measures.keys_of(measured) else (
         f"\n## Each conclusion under each measure\n\nEffect against its noise (max of the {settings.level:.0%} interval "
         "half-width and the reference spread), the untrained twins, and the verdict; CKA on all images, the other "
         f"measures on the first {measured['n_images']} (METHODS.md).\n\n{measures.table(measured, cka_judgements)}\n")
     (out / "SUMMARY.md").write_text(f"# Summary: {settings.model_a} vs {settings.model_b}\n\n{summary}\n\n"
                                     f"## Both readings beside their untrained twins\n\nValues ± half-widths of "
                                     f"{settings.level:.0%} intervals from the disjoint subsamples.\n\n{table}\n{across}")
-    (out / "CAPTIONS.md").write_text(captions_markdown(results, settings, names))
+    (out / "CAPTIONS.md").write_text(captions_markdown(results, settings, names) + measures.caption(measured))
     (out / "overview.html").write_text(overview_html(results, settings, lines, table, names))
     return written + [out / name for name in ("settings.json", "METHODS.md", "SUMMARY.md", "CAPTIONS.md", "overview.html")]
 
@@ -142,7 +142,7 @@ def run(settings: Settings, progress: bool = True) -> dict:
     here = world()
     measures.measure_keys(settings.measures)  # an unknown name stops before anything is loaded
     model_a, model_b, images, plan = load_inputs(settings)
-    measures.check(settings, len(images))
+    measures.check(settings)
     results = compute(settings, model_a, model_b, images, plan, progress=progress)
     if here.main:  # the other measures: one forward pass of --measure-count images, on process 0 only
         try:

@@ -59,13 +59,18 @@ def measure_keys(text: str) -> list:
     return [x for x in dict.fromkeys(names) if x != "cka"]
 
 
-def check(settings, n_images: int) -> list:
-    """The other measures asked for, after checking --measures and --measure-count against the images."""
+def check(settings) -> list:
+    """The other measures asked for, after checking --measures and --measure-count."""
     keys = measure_keys(settings.measures)
-    if keys and min(settings.measure_count, n_images) < MIN_IMAGES:
-        raise ReportError(f"--measure-count {settings.measure_count} with {n_images} images: the other measures need at "
-                          f"least {MIN_IMAGES} images (two subsamples of {MIN_PER_SUBSAMPLE}); give more, or --measures cka.")
+    if keys and settings.measure_count < MIN_IMAGES:
+        raise ReportError(f"--measure-count {settings.measure_count}: the other measures need at least {MIN_IMAGES} "
+                          f"images (two subsamples of {MIN_PER_SUBSAMPLE}); give more, or --measures cka.")
     return keys
+
+
+def keys_of(measured: dict) -> list:
+    """The measures that were computed, in the order asked: the keys of compute_measures' result that name one."""
+    return [k for k in measured if k in KEYS]
 
 
 # --------------------------------------------------------------------------- Grams of the measures' images
@@ -162,10 +167,13 @@ def compute_measures(settings, model_a, model_b, images, results: dict, controls
     from helpers.report.controls import READINGS, classifier_policy, judged, suffix
     from helpers.report.settings import layers_arg
 
-    keys = check(settings, len(images))
+    keys = check(settings)
     if not keys:
         return {}
     n = min(settings.measure_count, len(images))
+    if n < MIN_IMAGES:  # a small set: the report stands on CKA alone, and says so
+        return {"n_images": n, "note": f"The other measures ({', '.join(KEYS[k] for k in keys)}) were not computed: they "
+                                       f"need at least {MIN_IMAGES} images and the set has {n}."}
     chosen = subset(images, range(n))
     repeats = min(settings.repeats, n // MIN_PER_SUBSAMPLE) if settings.repeats else 0
     parts_idx = intervals.disjoint_subsamples(n, repeats, settings.seed) if repeats else []
@@ -234,9 +242,9 @@ def conclusion(by_reading: dict) -> str:
 def sentences(measured: dict, cka_judgements: dict, A: str, B: str) -> list:
     """One sentence per judged conclusion: 'agrees across measures (CKA: holds; Procrustes: holds)' or
     'depends on the measure (...)'."""
-    keys = [k for k in measured if k in KEYS]
+    keys = keys_of(measured)
     if not keys:
-        return []
+        return [measured["note"]] if "note" in measured else []
     out = []
     for claim in cka_judgements:
         words = {"CKA": conclusion(cka_judgements[claim])}
@@ -252,7 +260,9 @@ def table(measured: dict, cka_judgements: dict) -> str:
     """Markdown: each claim and reading, its effect against its noise, the untrained twins and the verdict, per measure."""
     from helpers.report.controls import READING_WORDS, _effect_text
 
-    keys = [k for k in measured if k in KEYS]
+    keys = keys_of(measured)
+    if not keys:
+        return ""
     rows = ["| conclusion | reading | " + " | ".join(["CKA"] + [KEYS[k] for k in keys]) + " |",
             "|---|---|" + "---|" * (1 + len(keys))]
     for claim, by_reading in cka_judgements.items():
@@ -264,7 +274,7 @@ def table(measured: dict, cka_judgements: dict) -> str:
 
 def claims_rows(measured: dict, cka_judgements: dict) -> list:
     """Rows for tables/measure_claims.csv: claim, reading, measure, effect, noise, untrained twins, verdict."""
-    keys = [k for k in measured if k in KEYS]
+    keys = keys_of(measured)
     rows = []
     for claim, by_reading in cka_judgements.items():
         for r in by_reading:
@@ -276,7 +286,7 @@ def claims_rows(measured: dict, cka_judgements: dict) -> list:
 
 def methods_paragraph(measured: dict) -> str:
     """METHODS.md's paragraph on the other measures (empty without any)."""
-    keys = [k for k in measured if k in KEYS]
+    keys = keys_of(measured)
     if not keys:
         return ""
     described = "; ".join(DESCRIPTIONS[k] for k in keys)
@@ -287,3 +297,15 @@ def methods_paragraph(measured: dict) -> str:
             f"{measured['repeats']} disjoint subsamples of those images, and were judged by the same rule as CKA (the "
             "effect against its interval and any reference spread, and against the untrained twins), under both "
             f"readings. A conclusion agrees across measures when every measure reaches the same verdict.\n\n{cited}\n")
+
+
+def caption(measured: dict) -> str:
+    """CAPTIONS.md's entry for the measures' tables (empty without other measures)."""
+    keys = keys_of(measured)
+    if not keys:
+        return ""
+    names = ", ".join(KEYS[k] for k in keys)
+    return (f"\n**tables/measure_claims.csv** Each comparative conclusion (R1-R3) under both readings and each measure "
+            f"(CKA, {names}): the effect, its noise, the untrained twins' effect and the verdict of helpers.verdicts; "
+            f"{names} on the first {measured['n_images']} images, with {measured['repeats']} disjoint subsamples for "
+            f"the noise. **tables/measure_<name>.npz** every matrix those verdicts rest on, with its subsample values.\n")
