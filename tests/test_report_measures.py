@@ -35,7 +35,7 @@ def test_too_few_images_for_the_measures(tmp_path, capsys):
     assert report.main(["--measure-count", "60", "--out", str(tmp_path)]) == 2
     assert "--measure-count 60" in capsys.readouterr().err
     settings = report.Settings(count=60, out=str(tmp_path))
-    measured = measures.compute_measures(settings, None, None, [None] * 60, {}, {})
+    measured = measures.compute_measures(settings, None, None, [None] * 60, {})
     assert measures.keys_of(measured) == [] and measures.table(measured, {}) == ""
     assert measures.sentences(measured, {}, "A", "B") == [
         "The other measures (Procrustes) were not computed: they need at least 100 images and the set has 60."]

@@ -147,8 +147,7 @@ def run(settings: Settings, progress: bool = True) -> dict:
     if here.main:  # the other measures: one forward pass of --measure-count images, on process 0 only
         try:
             with torch_threads(thread_count(settings, model_a, model_b)):
-                results["measures"] = measures.compute_measures(settings, model_a, model_b, images, results,
-                                                                results["controls"])
+                results["measures"] = measures.compute_measures(settings, model_a, model_b, images, results["controls"])
         except (ValueError, TypeError) as error:
             raise ReportError(f"The other measures (--measures {settings.measures}): {error}") from None
     results["files"] = write_bundle(results, settings) if here.main else []

@@ -94,7 +94,10 @@ def layer_grams(model, images, layers, policy: str) -> dict:
 
 
 def label_gram(labels, classes) -> np.ndarray:
-    """(n, n) float64 Gram of the one-hot class labels: 1 for a pair of the same class, else 0."""
+    """(n, n) float64 Gram of the one-hot class labels: 1 for a pair of the same class, else 0.
+
+    Caveat for mutual k-NN: every image of a class is equally near in it, so its 'nearest' neighbours are the first
+    ones of its class in the set's order, and R1 under k-NN reads the overlap with those (not yet a better rule)."""
     index = np.searchsorted(np.asarray(classes), np.asarray(list(labels)))
     return (index[:, None] == index[None, :]).astype(np.float64)
 
@@ -156,9 +159,10 @@ def matrix(prepared_a: list, prepared_b: list, key: str) -> np.ndarray:
 # --------------------------------------------------------------------------- the report's parts, re-measured
 
 
-def compute_measures(settings, model_a, model_b, images, results: dict, controls: dict) -> dict:
+def compute_measures(settings, model_a, model_b, images, controls: dict) -> dict:
     """{key: {'parts': {name: Part}, 'judgements': controls.judged(...)}} for each measure beside CKA, and
-    'n_images', 'repeats': the images used. Parts have the report's names (cross, cross_head, labels_a, twin_cross,
+    'n_images', 'repeats': the images used ({'n_images', 'note'} when there are too few). controls: the untrained
+    twins and references, {'twin': (A's, B's), 'ref': ...} as compute's results['controls']. Parts have the report's names (cross, cross_head, labels_a, twin_cross,
     ...), so controls.judged judges them exactly as it judges CKA's."""
     from helpers import intervals
     from helpers.data import subset
