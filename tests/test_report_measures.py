@@ -39,3 +39,14 @@ def test_too_few_images_for_the_measures(tmp_path, capsys):
     assert measures.keys_of(measured) == [] and measures.table(measured, {}) == ""
     assert measures.sentences(measured, {}, "A", "B") == [
         "The other measures (Procrustes) were not computed: they need at least 100 images and the set has 60."]
+
+
+def test_knn_with_the_labels_is_the_share_of_neighbours_of_the_same_class():
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(4), 30)
+    K_labels = measures.label_gram(labels, np.arange(4))
+    clustered = np.eye(4)[labels] * 10 + rng.normal(size=(120, 4)) * 0.1 + 1  # neighbours all of the same class
+    noise = rng.normal(size=(120, 8)) + 1  # neighbours of any class: about a quarter share it
+    same = measures.prepare_labels(K_labels, "knn")
+    assert measures.similarity(measures.prepare(clustered @ clustered.T, "knn"), same, "knn") == 1.0
+    assert 0.1 < measures.similarity(measures.prepare(noise @ noise.T, "knn"), same, "knn") < 0.4

@@ -38,7 +38,8 @@ DESCRIPTIONS = {
     "rsa": ("RSA: the Spearman correlation of the two representational dissimilarity matrices of Euclidean distances "
             "between images (Kriegeskorte et al. 2008), which reads only the rank order of the distances"),
     "knn": (f"mutual k-nearest neighbours: the mean share of each image's {K_NEIGHBOURS} nearest neighbours (cosine) "
-            "that both representations agree on (Huh et al. 2024), which reads only local structure"),
+            "that both representations agree on (Huh et al. 2024), which reads only local structure; with the class "
+            f"labels, the share of each image's {K_NEIGHBOURS} nearest neighbours that are of its class"),
 }
 REFERENCES = {
     "procrustes": "Williams, Kunz, Kornblith & Linderman (2021). Generalized shape metrics on neural representations. NeurIPS.",
@@ -94,10 +95,7 @@ def layer_grams(model, images, layers, policy: str) -> dict:
 
 
 def label_gram(labels, classes) -> np.ndarray:
-    """(n, n) float64 Gram of the one-hot class labels: 1 for a pair of the same class, else 0.
-
-    Caveat for mutual k-NN: every image of a class is equally near in it, so its 'nearest' neighbours are the first
-    ones of its class in the set's order, and R1 under k-NN reads the overlap with those (not yet a better rule)."""
+    """(n, n) float64 Gram of the one-hot class labels: 1 for a pair of the same class, else 0."""
     index = np.searchsorted(np.asarray(classes), np.asarray(list(labels)))
     return (index[:, None] == index[None, :]).astype(np.float64)
 
@@ -140,6 +138,17 @@ def prepare(K: np.ndarray, key: str):
     neighbours = np.zeros((n, n), dtype=bool)
     np.put_along_axis(neighbours, np.argsort(-cosine, axis=1, kind="stable")[:, :K_NEIGHBOURS], True, axis=1)
     return neighbours
+
+
+def prepare_labels(K: np.ndarray, key: str):
+    """prepare() for the class labels' Gram. For mutual k-NN every image of a class is equally near, so the labels'
+    'neighbours' of an image are all the others of its class: the similarity of a layer with the labels is then the
+    share of each image's K_NEIGHBOURS nearest neighbours in the layer that are of its class (1: all are)."""
+    if key != "knn":
+        return prepare(K, key)
+    same = np.asarray(K) > 0.5
+    np.fill_diagonal(same, False)
+    return same
 
 
 def similarity(a, b, key: str) -> float:
@@ -195,9 +204,9 @@ def compute_measures(settings, model_a, model_b, images, controls: dict) -> dict
     out = {"n_images": n, "repeats": repeats}
     samples = [None] + list(parts_idx)  # all n images, then each disjoint subsample
     for key in keys:
-        def prepared(grams_of_layers: dict) -> list:
+        def prepared(grams_of_layers: dict, how=prepare) -> list:
             """[[prepared layer for each layer] for all images, then for each subsample]"""
-            return [[prepare(K if idx is None else K[np.ix_(idx, idx)], key) for K in grams_of_layers.values()]
+            return [[how(K if idx is None else K[np.ix_(idx, idx)], key) for K in grams_of_layers.values()]
                     for idx in samples]
 
         def part(name, rows, cols, pa, pb):
@@ -206,7 +215,7 @@ def compute_measures(settings, model_a, model_b, images, controls: dict) -> dict
             return Part(name, full, subs, settings.level)
 
         parts = {}
-        label_prepared = None if labels is None else prepared(labels)
+        label_prepared = None if labels is None else prepared(labels, prepare_labels)
         for (prefix, r), (ga, gb) in grams.items():
             x, pa, pb = suffix(r), prepared(ga), prepared(gb)
             parts[f"{prefix}cross{x}"] = part(f"{prefix}cross{x}", list(ga), list(gb), pa, pb)
