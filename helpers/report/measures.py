@@ -14,8 +14,9 @@ forward pass per model and reading, each recorded layer read by that reading's t
 same Grams on disjoint subsamples of those images (helpers.intervals; as many as --repeats, but each of at least
 MIN_PER_SUBSAMPLE images). Process 0 computes all of it in a run with torchrun.
 
-Cost on the default report (2 cores, lite models): about 10 s for Procrustes (one eigendecomposition per layer and
-one small SVD per pair of layers); a forward pass of --measure-count images at once needs the memory of that batch.
+Cost on the default report (lite models, one thread): 17.9 s for Procrustes measured on the shared 2-core machine at
+load 7.5, 7.8 s of it the forward passes (one eigendecomposition per layer and image subsample, one SVD per pair of
+layers, small when a reading is pooled); a forward pass of --measure-count images at once needs that batch's memory.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch
 from helpers.report.settings import ReportError
 
 KEYS = {"cka": "CKA", "procrustes": "Procrustes", "rsa": "RSA", "knn": "mutual k-NN"}  # --measures name: printed name
-K_NEIGHBOURS = 10          # mutual k-NN's k (Huh et al. 2024 used 10)
+K_NEIGHBOURS = 10          # mutual k-NN's k
 MIN_PER_SUBSAMPLE = 50     # images per disjoint subsample of the measures' images, at least
 MIN_IMAGES = 2 * MIN_PER_SUBSAMPLE
 
