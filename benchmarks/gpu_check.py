@@ -9,7 +9,9 @@ Each notebook runs top to bottom in its own kernel with COURSE_TRACK=lite and CO
 each copy reports the kernel's peak GPU memory (torch.cuda.max_memory_allocated) and peak host RSS
 (getrusage ru_maxrss). The executed copies go to --out (default outputs/gpu_check/), the table to
 its table.md. Then the full-track rehearsal (tests/test_full_track_rehearsal.py: random weights,
-real code path, a few photographs) runs with COURSE_REHEARSAL_DEVICE=cuda.
+real code path, a few photographs) runs with COURSE_REHEARSAL_DEVICE=cuda. With 2 GPUs or more, the
+report runs once on one GPU and once with torchrun on two (helpers.report.distributed), and the largest
+difference between their tables is printed with both times (skipped with fewer GPUs).
 
 Needs a CUDA GPU; exits with a message on a machine without one.
 """
@@ -61,6 +63,32 @@ def table(rows: dict) -> str:
     return "\n".join(lines)
 
 
+def torchrun_check(out: Path) -> str:
+    """The default report on one GPU, then with torchrun on two; a line with both times and the largest difference
+    between their tables (it should be float32-Gram rounding at most: the minibatches are the same)."""
+    import numpy as np
+
+    args = ["-m", "helpers.report", "--repeats", "4", "--measures", "cka"]
+    env = {**os.environ, "COURSE_DEVICE": "cuda", "COURSE_TRACK": "lite"}
+    seconds = {}
+    for name, launcher in (("one", [sys.executable]), ("two", [sys.executable, "-m", "torch.distributed.run",
+                                                                 "--nproc_per_node", "2"])):
+        start = time.time()
+        done = subprocess.run(launcher + args + ["--out", str(out / f"report_{name}_gpu")], cwd=ROOT, env=env,
+                              capture_output=True, text=True)
+        seconds[name] = time.time() - start
+        if done.returncode:
+            return f"torchrun check FAILED ({name}): {done.stderr[-1500:]}"
+    worst = 0.0
+    for path in sorted((out / "report_one_gpu" / "tables").glob("*.npz")):
+        with np.load(path) as a, np.load(out / "report_two_gpu" / "tables" / path.name) as b:
+            for key in a.files:
+                if a[key].dtype.kind == "f" and a[key].size:
+                    worst = max(worst, float(np.nanmax(np.abs(a[key] - b[key]))))
+    return (f"Report on 1 GPU {seconds['one']:.0f} s, with torchrun on 2 GPUs {seconds['two']:.0f} s (start-up included); "
+            f"largest difference between their tables {worst:.2e}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", help="notebook numbers, e.g. 11 12")
@@ -94,6 +122,12 @@ def main(argv=None) -> int:
         failed += done.returncode != 0
         if done.returncode:
             print(done.stdout[-4000:], done.stderr[-2000:])
+    if torch.cuda.device_count() >= 2:
+        line = torchrun_check(out)
+        text += f"\n{line}\n"
+        failed += "FAILED" in line
+    else:
+        text += "\nTorchrun check skipped: it needs 2 GPUs, this machine has 1.\n"
     (out / "table.md").write_text(text)
     print("\n" + text)
     return 1 if failed else 0

@@ -105,6 +105,19 @@ def cka_matrix(model_a, images: ImageSet, layers_a="blocks", model_b=None, layer
     Models come back in the mode (train or eval) they came in; the analysis runs in eval mode.
     Returns a CKAMatrix: rows = A's layers, columns = B's layers, with what produced it in .meta.
     """
+    accumulator, info = cka_state(model_a, images, layers_a, model_b, layers_b, policy_a, policy_b, batch_size,
+                                  amp, progress, meta)
+    return accumulator.result(info)
+
+
+def cka_state(model_a, images: ImageSet, layers_a="blocks", model_b=None, layers_b=None,
+              policy_a: str = "all", policy_b: str | None = None, batch_size: int = 256,
+              amp: bool = False, progress: bool = True, meta: dict | None = None) -> tuple:
+    """cka_matrix's sums before they become CKA: (MinibatchCKA, meta dict); arguments as cka_matrix.
+
+    For one shard of the images in a group of processes (helpers.report.distributed): the accumulators
+    of the shards are summed (MinibatchCKA.all_reduce) and only the sum is turned into CKA, .result(meta).
+    """
     start = time.time()
     check_images(images)
     batch_size = check_batch_size(batch_size)
@@ -142,7 +155,7 @@ def cka_matrix(model_a, images: ImageSet, layers_a="blocks", model_b=None, layer
             "resolved_layers_a": _resolved(capture_a), "resolved_layers_b": _resolved(capture_b or capture_a),
             "images": images.name, "n_images_skipped": skipped, "batch_size": batch_size, "device": str(device),
             "amp": amp_runs, "amp_requested": bool(amp), "seconds": round(time.time() - start, 2), **(meta or {})}
-    return accumulator.result(info)
+    return accumulator, info
 
 
 def head_groups_cka(vit, cnn, images: ImageSet, head_groups: dict, cnn_layers, block: int = 0,
@@ -217,10 +230,28 @@ def label_cka(model, images: ImageSet, layers="blocks", policy: str = "all", bat
     images: an ImageSet with .labels (shapes, cifar10, imagenette, a folder of class subfolders).
     layers, policy: as in cka_matrix. Returns a CKAMatrix: rows = layers, one column "class labels".
     """
+    accumulator, info = label_cka_state(model, images, layers, policy, batch_size, progress)
+    return accumulator.result(info)
+
+
+def label_cka_state(model, images: ImageSet, layers="blocks", policy: str = "all", batch_size: int = 256,
+                    progress: bool = False, classes=None) -> tuple:
+    """label_cka's sums before they become CKA: (MinibatchCKA, meta dict), as cka_state.
+
+    classes: every class of the whole image set when `images` is one shard of it: the one-hot columns are then
+    the same in every shard, and so is the float32 rounding of the label Grams (None: the classes of `images`).
+    """
     check_images(images)
     batch_size = check_batch_size(batch_size)
     _check_enough(images)
-    one_hot = torch.nn.functional.one_hot(class_indices(images)).float()
+    if classes is None:
+        one_hot = torch.nn.functional.one_hot(class_indices(images)).float()
+    else:
+        classes, labels = np.asarray(classes), np.asarray(list(images.labels))
+        index = np.searchsorted(classes, labels).clip(0, len(classes) - 1)
+        if not (classes[index] == labels).all():
+            raise ValueError(f"Some labels of '{images.name}' are not among the classes given: {sorted(set(labels) - set(classes))}.")
+        one_hot = torch.nn.functional.one_hot(torch.as_tensor(index), len(classes)).float()
     start = time.time()
     model = _model(model, "model")
     capture = _gram_capture(model, layers, policy)
@@ -235,7 +266,7 @@ def label_cka(model, images: ImageSet, layers="blocks", policy: str = "all", bat
     info = {"model_a": type(model).__name__, "model_b": "class labels", "layers_a": str(layers), "policy_a": policy,
             "resolved_layers_a": _resolved(capture),
             "images": images.name, "batch_size": batch_size, "seconds": round(time.time() - start, 2)}
-    return accumulator.result(info)
+    return accumulator, info
 
 
 MAX_KEPT_VALUES = 2**28  # features kept in memory by within_class_cka: 1 GiB of float32

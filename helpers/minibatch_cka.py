@@ -311,6 +311,16 @@ class MinibatchCKA:
             self._add(other.cross, other.self_a, other.self_b, other.n_examples, other.n_batches)
         return self
 
+    def zero_sums(self, device="cpu") -> "MinibatchCKA":
+        """Set every sum to zero, as if batches had been seen that add nothing. Returns self.
+
+        For a process whose shard of the images held no batch: it still has to join all_reduce."""
+        if self.cross is not None:
+            raise RuntimeError("zero_sums is for an accumulator that has seen no batch; this one has sums already.")
+        zeros = lambda *shape: torch.zeros(shape, dtype=torch.float64, device=device)  # noqa: E731
+        self.cross, self.self_a, self.self_b = zeros(len(self.names_a), len(self.names_b)), zeros(len(self.names_a)), zeros(len(self.names_b))
+        return self
+
     def all_reduce(self, group=None) -> "MinibatchCKA":
         """Sum the state over all processes of torch.distributed (each saw its own images)."""
         import torch.distributed as dist

@@ -459,3 +459,57 @@ def test_attention_maps_of_a_gap_vit_read_the_centre_patch():
     last = attention_maps(gap, x)[-1][:, :, index, gap.num_prefix_tokens:].reshape(2, -1, grid, grid)
     assert np.allclose(maps["last"], last.double().numpy())
     assert np.allclose(maps["last"].sum((2, 3)) + maps["prefix_share_last"], 1, atol=1e-5)
+
+
+# ---------------------------------------------------------------- --measures (default: cka,procrustes), issue 35 item 5
+
+
+def test_measures_table_cell_is_the_measure_of_the_layers_features(bundle):
+    """Procrustes between the last layers (classifier reading) recomputed from the features with helpers.measures."""
+    from helpers import measures as reference
+    from helpers import models
+    from helpers.compare import pooled_features
+    from helpers.data import image_set, subset
+    from helpers.report.controls import classifier_policy
+
+    out = bundle
+    a, b = models.load("lite-vit"), models.load("lite-efficientnet")
+    images = subset(image_set("shapes"), range(512))  # the first --measure-count images
+    fa = pooled_features(a, images, "blocks", classifier_policy(a))
+    fb = pooled_features(b, images, "blocks", classifier_policy(b))
+    with np.load(out / "tables" / "measure_procrustes.npz") as f:
+        written = f["cross_head"]
+        assert list(f["cross_head_rows"]) == list(fa) and list(f["cross_head_cols"]) == list(fb)
+    expected = reference.procrustes_similarity(fa[list(fa)[-1]], fb[list(fb)[-1]])
+    assert written[-1, -1] == pytest.approx(expected, abs=1e-6)
+
+
+def test_measures_summary_has_one_sentence_per_conclusion_and_the_table(bundle):
+    out = bundle
+    summary = (out / "SUMMARY.md").read_text()
+    lines = [line for line in summary.splitlines() if "across measures" in line or "DEPENDS ON THE MEASURE" in line]
+    assert len(lines) == 3  # R1, R2, R3
+    for line in lines:
+        assert "CKA: " in line and "Procrustes: " in line
+        words = [part.split(": ")[1] for part in line.split("(", 2)[-1].split("; ") if ": " in part][:2]
+        assert ("agrees across measures" in line) == (len(set(words)) == 1)
+    assert "## Each conclusion under each measure" in summary
+    methods = (out / "METHODS.md").read_text()
+    assert "Williams" in methods and "first 512 images" in methods
+    assert "**tables/measure_claims.csv**" in (out / "CAPTIONS.md").read_text()
+
+
+def test_measures_claims_table_holds_the_judged_numbers(bundle):
+    """measure_claims.csv's CKA rows are the report's own verdicts; every measure has a row per claim and reading."""
+    from helpers.report.controls import judged
+
+    out = bundle
+    with open(out / "tables" / "measure_claims.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["measure"] for r in rows} == {"CKA", "Procrustes"}  # the default: --measures cka,procrustes
+    assert len(rows) == 3 * 2 * 2  # claims x readings x measures
+    cka = judged(_parts_from_tables(out / "tables"), True, 0.9)
+    for r in rows:
+        if r["measure"] == "CKA":
+            v = cka[r["claim"]][r["reading"]]
+            assert float(r["effect"]) == pytest.approx(v.effects[0], abs=1e-9) and r["verdict"] == v.words()

@@ -31,6 +31,10 @@ The stages, one module each (notebook 16_compare_your_models calls the same func
     text.py       SUMMARY.md's sentences, METHODS.md's paragraph, the references
     pages.py      CAPTIONS.md and overview.html
     bundle.py     write_bundle, run and main (python -m helpers.report)
+    measures.py   the conclusions recomputed and judged under other measures (--measures, default cka,procrustes)
+    distributed.py  several processes (torchrun): images sharded by whole minibatches, sums all-reduced
+
+On several GPUs: torchrun --nproc_per_node N -m helpers.report ... (the same bundle as one process; distributed.py).
 """
 
 from helpers.report.settings import ReportError, Settings, build_parser, file_sha256, layers_arg, settings_from_args

@@ -59,6 +59,12 @@ def statistics_cka(model, images, layers="blocks", policy: str = "all", batch_si
 
     The Grams are helpers.gram_cache's: after cka_matrix or label_cka on the same images, no forward pass is repeated.
     """
+    return statistics_result(*statistics_state(model, images, layers, policy, batch_size))
+
+
+def statistics_state(model, images, layers="blocks", policy: str = "all", batch_size: int = 256) -> tuple:
+    """statistics_cka's sums before they become CKA: (MinibatchCKA, meta), meta['summed'] holding each layer's sum
+    of top-PC shares and its count of minibatches (sums, so that shards of the images can be added up)."""
     from helpers.compare import _gram_capture
     from helpers.gram_cache import BatchGrams
     from helpers.guards import check_batch_size, evaluating
@@ -77,9 +83,21 @@ def statistics_cka(model, images, layers="blocks", policy: str = "all", batch_si
                 targets = torch.stack([centered_gram(part[:, :1]), centered_gram(part[:, 1:])])
                 accumulator.update_grams(model_grams, targets)
                 shares.append([_top_share(g) for g in model_grams])
+    shares = np.array(shares).reshape(-1, len(capture.labels))
     info = {"model_a": type(model).__name__, "model_b": "image statistics", "layers_a": str(layers), "policy_a": policy,
             "images": images.name, "batch_size": batch_size,
-            "top_pc_share": [float(x) for x in np.nanmean(np.array(shares), axis=0)]}
+            "summed": {"top_pc_share_sum": np.nansum(shares, axis=0).tolist(),
+                       "top_pc_share_count": (~np.isnan(shares)).sum(axis=0).astype(float).tolist()}}
+    return accumulator, info
+
+
+def statistics_result(accumulator, info: dict):
+    """The CKAMatrix of statistics_cka from the (possibly summed over processes) state of statistics_state."""
+    info = dict(info)
+    summed = info.pop("summed")
+    with np.errstate(invalid="ignore", divide="ignore"):  # a layer with no finite share gets NaN, as nanmean gives
+        share = np.asarray(summed["top_pc_share_sum"]) / np.asarray(summed["top_pc_share_count"])
+    info["top_pc_share"] = [float(x) for x in np.where(np.asarray(summed["top_pc_share_count"]) > 0, share, np.nan)]
     return accumulator.result(info)
 
 

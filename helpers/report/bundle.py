@@ -10,7 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from helpers.report.compute import Part, compute, curves
+from helpers.report import measures
+from helpers.report.compute import Part, compute, curves, thread_count, torch_threads
+from helpers.report.distributed import barrier, init_from_environment, world
 from helpers.report.figures import _save, figures
 from helpers.report.loading import load_inputs
 from helpers.report.settings import ReportError, Settings, settings_from_args
@@ -57,7 +59,8 @@ OUTPUT_NAMES = tuple(f"{prefix}{name}{x}" for prefix in ("", "twin_", "ref_") fo
                      for name in ("cross", "labels_a", "labels_b", "stats_a", "stats_b")) + (
     "within_a", "within_b", "matched_depth", "label_cka", "label_cka_a", "label_cka_b", "cross_head",
     "attention_distance_a", "attention_distance_b", "attention_maps_a", "attention_maps_b", "high_norm_audit",
-    "receptive_fields", "receptive_field_a", "receptive_field_b")
+    "receptive_fields", "receptive_field_a", "receptive_field_b",
+    "measure_claims") + tuple(f"measure_{key}" for key in measures.KEYS)
 
 
 def remove_old_outputs(out: Path) -> None:
@@ -68,6 +71,25 @@ def remove_old_outputs(out: Path) -> None:
                 path.unlink()
 
 
+def write_measure_tables(measured: dict, cka_judgements: dict, folder: Path) -> list:
+    """measure_claims.csv (each conclusion and reading under each measure: effect, noise, twins, verdict) and
+    measure_<key>.npz for each other measure (every matrix it was judged on, with its subsample values)."""
+    if not measures.keys_of(measured):
+        return []
+    paths = [_write_csv(folder / "measure_claims.csv", ["claim", "reading", "measure", "effect", "noise", "untrained_twins",
+                                                        "verdict"],
+                        [[_fmt(x) if isinstance(x, float) else ("" if x is None else x) for x in row]
+                         for row in measures.claims_rows(measured, cka_judgements)])]
+    for key in measures.keys_of(measured):
+        arrays = {}
+        for name, part in measured[key]["parts"].items():
+            arrays.update({name: part.full.values, f"{name}_subsample_values": part.sub_values,
+                           f"{name}_rows": np.array(part.full.rows, dtype=str), f"{name}_cols": np.array(part.full.cols, dtype=str)})
+        np.savez(folder / f"measure_{key}.npz", **arrays)
+        paths.append(folder / f"measure_{key}.npz")
+    return paths
+
+
 def write_bundle(results: dict, settings: Settings) -> list:
     """Write figures/, tables/, settings.json, METHODS.md and SUMMARY.md into settings.out; returns the paths."""
     import matplotlib.pyplot as plt
@@ -76,6 +98,10 @@ def write_bundle(results: dict, settings: Settings) -> list:
     (out / "figures").mkdir(parents=True, exist_ok=True)
     (out / "tables").mkdir(parents=True, exist_ok=True)
     remove_old_outputs(out)
+    from helpers.report.controls import judged, readings_table
+
+    measured = results.get("measures", {})  # the conclusions under the other measures (helpers.report.measures)
+    cka_judgements = judged(results["parts"], results["has_labels"], settings.level)
     written = []
     for part in results["parts"].values():
         written += write_matrix_tables(part, out / "tables")
@@ -87,27 +113,46 @@ def write_bundle(results: dict, settings: Settings) -> list:
         names.append(name)
         plt.close(fig)
     (out / "settings.json").write_text(json.dumps(settings_record(results, settings), indent=2, default=str))
-    (out / "METHODS.md").write_text(methods_text(results, settings))
-    from helpers.report.controls import readings_table
+    (out / "METHODS.md").write_text(methods_text(results, settings) + measures.methods_paragraph(measured))
+    written += write_measure_tables(measured, cka_judgements, out / "tables")
     from helpers.report.pages import captions_markdown, overview_html
 
-    lines = summary_sentences(results, settings)
+    lines = summary_sentences(results, settings) + measures.sentences(measured, cka_judgements, settings.model_a,
+                                                                      settings.model_b)
     summary = "\n".join(f"- {line}" for line in lines)
     table = readings_table(results["parts"], results["has_labels"], settings.model_a, settings.model_b, settings.level)
+    across = "" if not measures.keys_of(measured) else (
+        f"\n## Each conclusion under each measure\n\nEffect against its noise (max of the {settings.level:.0%} interval "
+        "half-width and the reference spread), the untrained twins, and the verdict; CKA on all images, the other "
+        f"measures on the first {measured['n_images']} (METHODS.md).\n\n{measures.table(measured, cka_judgements)}\n")
     (out / "SUMMARY.md").write_text(f"# Summary: {settings.model_a} vs {settings.model_b}\n\n{summary}\n\n"
                                     f"## Both readings beside their untrained twins\n\nValues ± half-widths of "
-                                    f"{settings.level:.0%} intervals from the disjoint subsamples.\n\n{table}\n")
-    (out / "CAPTIONS.md").write_text(captions_markdown(results, settings, names))
+                                    f"{settings.level:.0%} intervals from the disjoint subsamples.\n\n{table}\n{across}")
+    (out / "CAPTIONS.md").write_text(captions_markdown(results, settings, names) + measures.caption(measured))
     (out / "overview.html").write_text(overview_html(results, settings, lines, table, names))
     return written + [out / name for name in ("settings.json", "METHODS.md", "SUMMARY.md", "CAPTIONS.md", "overview.html")]
 
 
 def run(settings: Settings, progress: bool = True) -> dict:
-    """Load, compute (resuming from <out>/cache) and write the bundle; returns the results, with 'files'."""
+    """Load, compute (resuming from <out>/cache) and write the bundle; returns the results, with 'files'.
+
+    In every process of an initialised torch.distributed group (torchrun): the CKA parts are sharded and summed
+    (helpers.report.distributed), process 0 writes the bundle and the others write nothing ('files' is empty);
+    every process returns when the bundle is written."""
     start = time.time()
+    here = world()
+    measures.measure_keys(settings.measures)  # an unknown name stops before anything is loaded
     model_a, model_b, images, plan = load_inputs(settings)
+    measures.check(settings)
     results = compute(settings, model_a, model_b, images, plan, progress=progress)
-    results["files"] = write_bundle(results, settings)
+    if here.main:  # the other measures: one forward pass of --measure-count images, on process 0 only
+        try:
+            with torch_threads(thread_count(settings, model_a, model_b)):
+                results["measures"] = measures.compute_measures(settings, model_a, model_b, images, results["controls"])
+        except (ValueError, TypeError) as error:
+            raise ReportError(f"The other measures (--measures {settings.measures}): {error}") from None
+    results["files"] = write_bundle(results, settings) if here.main else []
+    barrier(here)
     results["seconds"] = round(time.time() - start, 1)
     return results
 
@@ -115,11 +160,21 @@ def run(settings: Settings, progress: bool = True) -> dict:
 def main(argv=None) -> int:
     """The command line (python -m helpers.report --help). Returns the exit status: 0, or 2 on bad input."""
     settings = settings_from_args(argv)
+    started = init_from_environment()  # under torchrun: one process per GPU (or CPU process), see distributed.py
+    main_process = world().main
     try:
         results = run(settings)
     except ReportError as error:
-        print(f"helpers.report: error: {error}", file=sys.stderr)
+        if main_process:
+            print(f"helpers.report: error: {error}", file=sys.stderr)
         return 2
+    finally:
+        if started:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+    if not main_process:  # the others write and print nothing
+        return 0
     loaded = [line for line in results["log"] if "loaded" in line]
     if loaded:
         print(f"Resumed: {len(loaded)} finished part(s) loaded from {Path(settings.out) / 'cache'}, not recomputed.")

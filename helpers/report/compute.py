@@ -11,6 +11,7 @@ import numpy as np
 
 from helpers import intervals, zoo
 from helpers.data import subset
+from helpers.report.distributed import World, n_batches, reduce_state, share_from_main, shards, world
 from helpers.report.loading import control_models, has_attention
 from helpers.report.settings import ReportError, Settings, layers_arg
 
@@ -42,8 +43,23 @@ class Part:
         return self.interval_of(lambda v: v)
 
 
-def cached(path: Path, fingerprint: str, compute, log):
-    """Load the CKAMatrix at `path` when it was computed with the same settings, else compute and save it."""
+def cached(path: Path, fingerprint: str, compute, log, w: World = World()):
+    """Load the CKAMatrix at `path` when it was computed with the same settings, else compute and save it.
+
+    In a group of processes (helpers.report.distributed) only process 0 reads and writes the file; it sends what it
+    loaded to the others, so that all take the same path (compute() then sums over every process)."""
+    old = share_from_main(_load_cached(path, fingerprint, log) if w.main else None, w)
+    if old is not None:
+        return old
+    result = compute()
+    result.meta["fingerprint"] = fingerprint
+    if w.main:
+        result.save(path)
+    return result
+
+
+def _load_cached(path: Path, fingerprint: str, log):
+    """The CKAMatrix at `path` when it was computed with the same settings, else None (the log says why)."""
     from helpers.minibatch_cka import CKAMatrix
 
     if path.exists():
@@ -55,40 +71,45 @@ def cached(path: Path, fingerprint: str, compute, log):
             log.append(f"{path.name}: recomputed (it was made with other settings)")
         except ValueError:
             log.append(f"{path.name}: recomputed (the saved file could not be read)")
-    result = compute()
-    result.meta["fingerprint"] = fingerprint
-    result.save(path)
-    return result
+    return None
 
 
 def _jobs(settings: Settings, model_a, model_b, images, controls: dict | None = None):
-    """[(part name, function(ImageSet) -> CKAMatrix)] for everything the report computes with CKA.
+    """[(part name, state(ImageSet) -> (MinibatchCKA, meta), finish(MinibatchCKA, meta) -> CKAMatrix)] for everything
+    the report computes with CKA (the sums of a shard of images, and how the summed ones become the CKAMatrix).
 
     Cross-model and label CKA under both readings (suffix '_head': the classifier reading; none: --policy, all
     tokens by default), for the trained models, their untrained twins ('twin_') and the references ('ref_').
     """
-    from helpers.compare import cka_matrix, label_cka
+    from helpers.compare import cka_state, label_cka_state
+    from helpers.report.audit import statistics_result, statistics_state
     from helpers.report.controls import classifier_policy
+
+    def result(accumulator, info):
+        return accumulator.result(info)
 
     s, la, lb = settings, layers_arg(settings.layers_a), layers_arg(settings.layers_b)
     common = dict(batch_size=s.batch_size, progress=False)
-    jobs = [("within_a", lambda im: cka_matrix(model_a, im, la, policy_a=s.policy_a, **common)),
-            ("within_b", lambda im: cka_matrix(model_b, im, lb, policy_a=s.policy_b, **common))]
-    from helpers.report.audit import statistics_cka
+    # the classes of all images: a shard (helpers.report.distributed) then builds the same one-hot labels
+    classes = None if images.labels is None else np.unique(np.asarray(list(images.labels)))
+    jobs = [("within_a", lambda im: cka_state(model_a, im, la, policy_a=s.policy_a, **common), result),
+            ("within_b", lambda im: cka_state(model_b, im, lb, policy_a=s.policy_b, **common), result)]
 
     sets = [("", model_a, model_b)] + [(f"{k}_", ma, mb) for k, (ma, mb) in (controls or {}).items()]
     for w, m, layers in (("a", model_a, la), ("b", model_b, lb)):  # the image-statistics audit (helpers.report.audit)
         for x, policy in (("", getattr(s, f"policy_{w}")), ("_head", classifier_policy(m))):
-            jobs.append((f"stats_{w}{x}", lambda im, m=m, layers=layers, policy=policy: statistics_cka(
-                m, im, layers, policy=policy, batch_size=s.batch_size)))
+            jobs.append((f"stats_{w}{x}", lambda im, m=m, layers=layers, policy=policy: statistics_state(
+                m, im, layers, policy=policy, batch_size=s.batch_size), statistics_result))
     for prefix, ma, mb in sets:
         readings = {"": (s.policy_a, s.policy_b), "_head": (classifier_policy(ma), classifier_policy(mb))}
         for x, (pa, pb) in readings.items():
-            jobs.append((f"{prefix}cross{x}", lambda im, ma=ma, mb=mb, pa=pa, pb=pb: cka_matrix(
-                ma, im, la, model_b=mb, layers_b=lb, policy_a=pa, policy_b=pb, **common)))
+            jobs.append((f"{prefix}cross{x}", lambda im, ma=ma, mb=mb, pa=pa, pb=pb: cka_state(
+                ma, im, la, model_b=mb, layers_b=lb, policy_a=pa, policy_b=pb, **common), result))
             if images.labels is not None:
-                jobs += [(f"{prefix}labels_a{x}", lambda im, ma=ma, pa=pa: label_cka(ma, im, la, policy=pa, **common)),
-                         (f"{prefix}labels_b{x}", lambda im, mb=mb, pb=pb: label_cka(mb, im, lb, policy=pb, **common))]
+                jobs += [(f"{prefix}labels_a{x}", lambda im, ma=ma, pa=pa: label_cka_state(ma, im, la, policy=pa, classes=classes, **common),
+                          result),
+                         (f"{prefix}labels_b{x}", lambda im, mb=mb, pb=pb: label_cka_state(mb, im, lb, policy=pb, classes=classes, **common),
+                          result)]
     return jobs
 
 
@@ -125,7 +146,10 @@ def compute(settings: Settings, model_a, model_b, images, plan: dict, progress: 
 def _compute(settings: Settings, model_a, model_b, images, plan: dict, progress: bool = True) -> dict:
     """Every result of the report: {'parts': {name: Part}, 'attention': {...}, 'log': [...], 'n_images': N}.
 
-    Each matrix (full data and each subsample) is cached under <out>/cache and loaded on a rerun.
+    Each matrix (full data and each subsample) is cached under <out>/cache and loaded on a rerun. In a group of
+    processes (helpers.report.distributed) each CKA part is sharded by whole minibatches and summed over the
+    processes; the attention distances and maps, the highest-norm audit and the receptive fields are computed by
+    process 0 only (None or empty elsewhere).
     """
     from tqdm.auto import tqdm
 
@@ -144,31 +168,44 @@ def _compute(settings: Settings, model_a, model_b, images, plan: dict, progress:
     # image set outermost, so that each model runs once per image set: the jobs after its first reuse its
     # Grams (helpers.gram_cache), which are kept for the same ImageSet object only
     image_sets = [images] + [subset(images, part) for part in parts_idx]
-    steps = [(name, k, fn) for k in range(-1, len(parts_idx)) for name, fn in jobs]
-    parts = {name: Part(name, None, [], settings.level) for name, _ in jobs}
+    here = world()
+    shard_sets = shards(image_sets, settings.batch_size, here)  # this process's whole minibatches of each set
+    steps = [(name, k, state, finish) for k in range(-1, len(parts_idx)) for name, state, finish in jobs]
+    parts = {name: Part(name, None, [], settings.level) for name, _, _ in jobs}
+
+    def part(k, state, finish):
+        """One CKA part on image set k: this process's shard's sums, summed over the processes, made CKA."""
+        mine = state(shard_sets[k + 1]) if shard_sets[k + 1] is not None else (None, None)
+        accumulator, info = reduce_state(*mine, here)
+        if here.distributed:  # the meta of the whole image set, not of one shard
+            info = {**info, "images": image_sets[k + 1].name}
+            if "n_images_skipped" in info:
+                n = len(image_sets[k + 1])
+                info["n_images_skipped"] = n - min(n, n_batches(n, settings.batch_size) * settings.batch_size)
+        return finish(accumulator, info)
+
     try:
-        for name, k, fn in tqdm(steps, desc="CKA parts", disable=not progress):
+        for name, k, state, finish in tqdm(steps, desc="CKA parts", disable=not progress or not here.main):
             where = cache / (f"{name}.npz" if k < 0 else f"{name}_sub{k:02d}.npz")
-            result = cached(where, fp, (lambda fn=fn, k=k: fn(image_sets[k + 1])), log)
+            result = cached(where, fp, (lambda state=state, finish=finish, k=k: part(k, state, finish)), log, here)
             if k < 0:
                 parts[name].full = result
             else:
                 parts[name].subsamples.append(result)
-        attention = {w: cached_attention(settings, w, m, images, cache, log) if plan[w] else None
-                     for w, m in (("a", model_a), ("b", model_b))}
-        maps = {w: cached_attention_maps(settings, w, m, images, cache, log) if plan[w] else None
-                for w, m in (("a", model_a), ("b", model_b))}
+        on_main = (("a", model_a), ("b", model_b)) if here.main else ()  # not sharded: process 0 only
+        attention = {w: cached_attention(settings, w, m, images, cache, log) if plan[w] else None for w, m in on_main}
+        maps = {w: cached_attention_maps(settings, w, m, images, cache, log) if plan[w] else None for w, m in on_main}
         readings = {w: {"head": classifier_policy(m), "tokens": getattr(settings, f"policy_{w}")}
                     for w, m in (("a", model_a), ("b", model_b))}
         high_norm = cached_arrays(cache / "high_norm.npz", fp, len(images), lambda: high_norm_audit(
-            settings, model_a, model_b, images, parts, readings), log)
-        fields = {w: cached_receptive_fields(settings, w, m, images, cache, log) for w, m in (("a", model_a), ("b", model_b))}
+            settings, model_a, model_b, images, parts, readings), log) if here.main else None
+        fields = {w: cached_receptive_fields(settings, w, m, images, cache, log) for w, m in on_main}
     except (ValueError, TypeError, KeyError) as error:
         raise ReportError(f"{error}") from None
     return {"parts": parts, "attention": attention, "attention_maps": maps, "high_norm": high_norm,
             "receptive_fields": fields, "log": log, "n_images": len(images),
             "images_name": images.name,
-            "has_labels": images.labels is not None, "plan": plan,
+            "has_labels": images.labels is not None, "plan": plan, "controls": controls,
             "attention_exists": {"a": has_attention(model_a), "b": has_attention(model_b)},
             "readings": readings,
             "model_classes": {"a": type(model_a).__name__, "b": type(model_b).__name__}}

@@ -38,12 +38,15 @@ class Settings:
     weights_b: str | None = None
     reference_a: str | None = None  # a second checkpoint of A's architecture (file), the run-to-run spread
     reference_b: str | None = None
+    measures: str = "cka,procrustes"  # the conclusions recomputed with other measures (helpers.report.measures)
+    measure_count: int = 512          # images the other measures use (the first ones of the set)
     out: str = str(OUTPUT_DIR / "report")
 
     def fingerprint(self) -> str:
         """A hash of everything that changes the numbers (not --out): cached parts must match it.
         Weight files count by their content (SHA-256), so a retrained file with the same name is recomputed."""
-        numbers = {k: v for k, v in asdict(self).items() if k not in ("out", "attention", "threads")}
+        # the other measures are not cached, so they do not change which CKA parts a rerun may load
+        numbers = {k: v for k, v in asdict(self).items() if k not in ("out", "attention", "threads", "measures", "measure_count")}
         for key in ("weights_a", "weights_b", "reference_a", "reference_b"):
             if numbers[key]:
                 numbers[key] = file_sha256(numbers[key])
@@ -121,6 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--reference-{w}", default=None,
                        help=f"a second checkpoint of model {w.upper()}'s architecture (another seed or fine-tune, a local "
                             "file): the run-to-run spread every sentence is judged against, beside the image intervals")
+    p.add_argument("--measures", default=d.measures,
+                   help="similarity measures under which each comparative conclusion is recomputed and judged, "
+                        "comma-separated from cka, procrustes (orthogonal Procrustes, Williams et al. 2021), rsa "
+                        "(Kriegeskorte et al. 2008), knn (mutual k-nearest neighbours, Huh et al. 2024); SUMMARY.md says "
+                        "whether each conclusion agrees across them. 'cka' alone turns the others off")
+    p.add_argument("--measure-count", type=int, default=d.measure_count,
+                   help="images the other measures use (the first ones of the set, in one forward pass per model and "
+                        "reading: lower it when a GPU runs out of memory); at least 100")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of the random subsamples and of the untrained twins")
     p.add_argument("--threads", type=int, default=d.threads,
                    help="CPU threads for torch; 0 (auto) uses 1 thread for two lite models on the CPU (tiny models run "

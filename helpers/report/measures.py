@@ -1,0 +1,325 @@
+"""The report's conclusions under other similarity measures (--measures): does each one depend on CKA?
+
+For each comparative conclusion of the report (helpers.report.controls: R1 the class-information order of the last
+layers, R2 the last layer's counterpart, R3 matched depth follows depth) the same statistic is recomputed with each
+other measure of helpers.measures (orthogonal Procrustes, RSA, mutual k-NN) and judged by the same code
+(controls.judged: helpers.verdicts, the effect against its subsample interval, the reference spread and the
+untrained twins), under both readings. SUMMARY.md then says, for each conclusion, whether it agrees across
+measures or depends on the measure.
+
+What is computed. The other measures need every pair of images at once, not minibatches, so they run on a fixed
+subsample: the first --measure-count images of the set (512 by default; fewer when the set is smaller), in ONE
+forward pass per model and reading, each recorded layer read by that reading's token policy and kept as its
+(n, n) float64 Gram matrix (helpers.measures reads a representation only through it). The interval comes from the
+same Grams on disjoint subsamples of those images (helpers.intervals; as many as --repeats, but each of at least
+MIN_PER_SUBSAMPLE images). Process 0 computes all of it in a run with torchrun.
+
+Cost on the default report (lite models, one thread): 17.9 s for Procrustes measured on the shared 2-core machine at
+load 7.5, 7.8 s of it the forward passes (one eigendecomposition per layer and image subsample, one SVD per pair of
+layers, small when a reading is pooled); a forward pass of --measure-count images at once needs that batch's memory.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from helpers.report.settings import ReportError
+
+KEYS = {"cka": "CKA", "procrustes": "Procrustes", "rsa": "RSA", "knn": "mutual k-NN"}  # --measures name: printed name
+K_NEIGHBOURS = 10          # mutual k-NN's k
+MIN_PER_SUBSAMPLE = 50     # images per disjoint subsample of the measures' images, at least
+MIN_IMAGES = 2 * MIN_PER_SUBSAMPLE
+
+DESCRIPTIONS = {
+    "procrustes": ("orthogonal Procrustes similarity ||X̃ᵀỸ||_* (X̃, Ỹ: the features centred and scaled to unit "
+                   "Frobenius norm; 1 minus half its squared distance after the best rotation; the shape metric of "
+                   "Williams et al. 2021, which weighs each direction by its standard deviation where CKA weighs it by "
+                   "its variance)"),
+    "rsa": ("RSA: the Spearman correlation of the two representational dissimilarity matrices of Euclidean distances "
+            "between images (Kriegeskorte et al. 2008), which reads only the rank order of the distances"),
+    "knn": (f"mutual k-nearest neighbours: the mean share of each image's {K_NEIGHBOURS} nearest neighbours (cosine) "
+            "that both representations agree on (Huh et al. 2024), which reads only local structure; with the class "
+            f"labels, the share of each image's {K_NEIGHBOURS} nearest neighbours that are of its class"),
+}
+REFERENCES = {
+    "procrustes": "Williams, Kunz, Kornblith & Linderman (2021). Generalized shape metrics on neural representations. NeurIPS.",
+    "rsa": "Kriegeskorte, Mur & Bandettini (2008). Representational similarity analysis. Frontiers in Systems Neuroscience 2:4.",
+    "knn": "Huh, Cheung, Wang & Isola (2024). The platonic representation hypothesis. ICML.",
+}
+
+
+def measure_keys(text: str) -> list:
+    """'cka,procrustes' -> ['procrustes']: the measures beside CKA (CKA, the report's own, is always computed).
+
+    An unknown name is a ReportError listing the valid ones."""
+    names = [x.strip().lower() for x in str(text).split(",") if x.strip()]
+    unknown = [x for x in names if x not in KEYS]
+    if unknown:
+        raise ReportError(f"--measures {text}: unknown measure(s) {unknown}. Choose from {', '.join(KEYS)} "
+                          "(comma-separated, e.g. cka,procrustes,rsa).")
+    return [x for x in dict.fromkeys(names) if x != "cka"]
+
+
+def check(settings) -> list:
+    """The other measures asked for, after checking --measures and --measure-count."""
+    keys = measure_keys(settings.measures)
+    if keys and settings.measure_count < MIN_IMAGES:
+        raise ReportError(f"--measure-count {settings.measure_count}: the other measures need at least {MIN_IMAGES} "
+                          f"images (two subsamples of {MIN_PER_SUBSAMPLE}); give more, or --measures cka.")
+    return keys
+
+
+def keys_of(measured: dict) -> list:
+    """The measures that were computed, in the order asked: the keys of compute_measures' result that name one."""
+    return [k for k in measured if k in KEYS]
+
+
+# --------------------------------------------------------------------------- Grams of the measures' images
+
+
+def _gram(rows: torch.Tensor) -> torch.Tensor:
+    """(n, p) features -> (n, n) float64 Gram X Xᵀ, uncentred (mutual k-NN measures cosines from the origin)."""
+    rows = rows.double()
+    return rows @ rows.T
+
+
+def layer_grams(model, images, layers, policy: str) -> dict:
+    """{layer label: (n, n) float64 numpy Gram} of every image of `images` in one forward pass (helpers.capture)."""
+    from helpers.capture import Capture
+    from helpers.data import batches
+    from helpers.guards import evaluating
+
+    with torch.no_grad(), evaluating(model), Capture(model, layers, policy, transform=_gram) as capture:
+        model(next(batches(images, model, len(images))))
+        return {name: gram.detach().cpu().numpy() for name, gram in capture.take().items()}
+
+
+def label_gram(labels, classes) -> np.ndarray:
+    """(n, n) float64 Gram of the one-hot class labels: 1 for a pair of the same class, else 0."""
+    index = np.searchsorted(np.asarray(classes), np.asarray(list(labels)))
+    return (index[:, None] == index[None, :]).astype(np.float64)
+
+
+# --------------------------------------------------------------------------- one measure from Grams
+
+
+def prepare(K: np.ndarray, key: str):
+    """What measure `key` needs of one representation, from its (n, n) float64 Gram K (the same numbers as
+    helpers.measures.prepare_gram, only the one measure's, with torch's linear algebra so that the report's thread
+    setting holds: numpy's BLAS threads fight over a busy machine's cores).
+
+    procrustes: F (n, r) with F Fᵀ the centred Gram scaled to trace 1 (its r non-zero directions); the nuclear norm
+        of F_xᵀ F_y (r_x, r_y) is ||X̃ᵀỸ||_*, cheap when a reading is pooled (r at most the width).
+    rsa: the centred, unit-length ranks of the Euclidean distances between images (upper triangle).
+    knn: the (n, n) 0/1 matrix of each image's K_NEIGHBOURS nearest neighbours by cosine.
+    """
+    from helpers.measures import ranks
+
+    K = np.asarray(K, dtype=np.float64)
+    n = len(K)
+    diagonal = np.diag(K)
+    if key == "procrustes":
+        centred = K - K.mean(0, keepdims=True) - K.mean(1, keepdims=True) + K.mean()
+        trace = np.trace(centred)
+        if trace <= 0:
+            raise ValueError("a representation is the same for every image (zero variance): Procrustes is undefined.")
+        values, vectors = torch.linalg.eigh(torch.from_numpy(centred / trace))
+        keep = values > 1e-12 * values[-1]
+        return vectors[:, keep] * values[keep].sqrt()
+    if key == "rsa":
+        upper = np.triu_indices(n, k=1)
+        r = ranks(np.sqrt(np.clip(diagonal[:, None] + diagonal[None, :] - 2 * K, 0, None))[upper])
+        r = r - r.mean()
+        return r / np.linalg.norm(r)
+    if (diagonal <= 0).any():
+        raise ValueError(f"{int((diagonal <= 0).sum())} image(s) give the zero vector: cosine neighbours are undefined.")
+    cosine = K / np.sqrt(diagonal[:, None] * diagonal[None, :])
+    np.fill_diagonal(cosine, -np.inf)  # an image is not its own neighbour
+    neighbours = np.zeros((n, n), dtype=bool)
+    np.put_along_axis(neighbours, np.argsort(-cosine, axis=1, kind="stable")[:, :K_NEIGHBOURS], True, axis=1)
+    return neighbours
+
+
+def prepare_labels(K: np.ndarray, key: str):
+    """prepare() for the class labels' Gram. For mutual k-NN every image of a class is equally near, so the labels'
+    'neighbours' of an image are all the others of its class: the similarity of a layer with the labels is then the
+    share of each image's K_NEIGHBOURS nearest neighbours in the layer that are of its class (1: all are)."""
+    if key != "knn":
+        return prepare(K, key)
+    same = np.asarray(K) > 0.5
+    np.fill_diagonal(same, False)
+    return same
+
+
+def similarity(a, b, key: str) -> float:
+    """The similarity of two prepared representations of the same images under measure `key` (1 = same)."""
+    if key == "procrustes":
+        return float(min(float(torch.linalg.svdvals(a.T @ b).sum()), 1.0))
+    if key == "rsa":
+        return float(a @ b)
+    return float((a & b).sum() / (len(a) * K_NEIGHBOURS))
+
+
+def matrix(prepared_a: list, prepared_b: list, key: str) -> np.ndarray:
+    """(La, Lb) similarities of every prepared layer of A with every prepared layer of B."""
+    return np.array([[similarity(a, b, key) for b in prepared_b] for a in prepared_a])
+
+
+# --------------------------------------------------------------------------- the report's parts, re-measured
+
+
+def compute_measures(settings, model_a, model_b, images, controls: dict) -> dict:
+    """{key: {'parts': {name: Part}, 'judgements': controls.judged(...)}} for each measure beside CKA, and
+    'n_images', 'repeats': the images used ({'n_images', 'note'} when there are too few). controls: the untrained
+    twins and references, {'twin': (A's, B's), 'ref': ...} as compute's results['controls']. Parts have the report's names (cross, cross_head, labels_a, twin_cross,
+    ...), so controls.judged judges them exactly as it judges CKA's."""
+    from helpers import intervals
+    from helpers.data import subset
+    from helpers.minibatch_cka import CKAMatrix
+    from helpers.report.compute import Part
+    from helpers.report.controls import READINGS, classifier_policy, judged, suffix
+    from helpers.report.settings import layers_arg
+
+    keys = check(settings)
+    if not keys:
+        return {}
+    n = min(settings.measure_count, len(images))
+    if n < MIN_IMAGES:  # a small set: the report stands on CKA alone, and says so
+        return {"n_images": n, "note": f"The other measures ({', '.join(KEYS[k] for k in keys)}) were not computed: they "
+                                       f"need at least {MIN_IMAGES} images and the set has {n}."}
+    chosen = subset(images, range(n))
+    repeats = min(settings.repeats, n // MIN_PER_SUBSAMPLE) if settings.repeats else 0
+    parts_idx = intervals.disjoint_subsamples(n, repeats, settings.seed) if repeats else []
+    la, lb = layers_arg(settings.layers_a), layers_arg(settings.layers_b)
+    sets = [("", model_a, model_b)] + [(f"{k}_", ma, mb) for k, (ma, mb) in controls.items()]
+    labels = None
+    if images.labels is not None:
+        labels = {"class labels": label_gram(chosen.labels, np.unique(np.asarray(list(images.labels))))}
+    grams = {}
+    for prefix, ma, mb in sets:
+        for r in READINGS:
+            pa, pb = ((classifier_policy(ma), classifier_policy(mb)) if r == "head"
+                      else (settings.policy_a, settings.policy_b))
+            grams[prefix, r] = (layer_grams(ma, chosen, la, pa), layer_grams(mb, chosen, lb, pb))
+    out = {"n_images": n, "repeats": repeats}
+    samples = [None] + list(parts_idx)  # all n images, then each disjoint subsample
+    for key in keys:
+        def prepared(grams_of_layers: dict, how=prepare) -> list:
+            """[[prepared layer for each layer] for all images, then for each subsample]"""
+            return [[how(K if idx is None else K[np.ix_(idx, idx)], key) for K in grams_of_layers.values()]
+                    for idx in samples]
+
+        def part(name, rows, cols, pa, pb):
+            full, *subs = [CKAMatrix(matrix(a, b, key), rows, cols, estimator=KEYS[key],
+                                     n_examples=n if idx is None else len(idx)) for a, b, idx in zip(pa, pb, samples)]
+            return Part(name, full, subs, settings.level)
+
+        parts = {}
+        label_prepared = None if labels is None else prepared(labels, prepare_labels)
+        for (prefix, r), (ga, gb) in grams.items():
+            x, pa, pb = suffix(r), prepared(ga), prepared(gb)
+            parts[f"{prefix}cross{x}"] = part(f"{prefix}cross{x}", list(ga), list(gb), pa, pb)
+            if labels is not None:  # R1 reads the last layers only
+                for w, g, p in (("a", ga, pa), ("b", gb, pb)):
+                    parts[f"{prefix}labels_{w}{x}"] = part(f"{prefix}labels_{w}{x}", [list(g)[-1]], ["class labels"],
+                                                           [layers[-1:] for layers in p], label_prepared)
+        out[key] = {"parts": parts, "judgements": judged(parts, labels is not None, settings.level)}
+    return out
+
+
+# --------------------------------------------------------------------------- the words
+
+
+CLAIM_WORDS = {"R1": "the class-information order of the last layers (R1)",
+               "R2": "the last layer of B has a counterpart in A beyond the untrained twins (R2)",
+               "R3": "matched depth follows depth beyond the untrained twins (R3)"}
+
+
+def conclusion(by_reading: dict) -> str:
+    """One word for a claim under one measure, from its verdicts under both readings (as the summary decides)."""
+    from helpers.report.controls import _learned, agree, unjudged
+
+    if unjudged(by_reading):
+        return "not judged"
+    if not agree(by_reading):
+        return "readings disagree"
+    if not _learned(by_reading["head"]):
+        return "not shown"
+    if "A - B" in by_reading["head"].measure:
+        return "holds, A higher"
+    if "B - A" in by_reading["head"].measure:
+        return "holds, B higher"
+    return "holds"
+
+
+def sentences(measured: dict, cka_judgements: dict, A: str, B: str) -> list:
+    """One sentence per judged conclusion: 'agrees across measures (CKA: holds; Procrustes: holds)' or
+    'depends on the measure (...)'."""
+    keys = keys_of(measured)
+    if not keys:
+        return [measured["note"]] if "note" in measured else []
+    out = []
+    for claim in cka_judgements:
+        words = {"CKA": conclusion(cka_judgements[claim])}
+        words.update({KEYS[k]: conclusion(measured[k]["judgements"][claim]) for k in keys})
+        listed = "; ".join(f"{m}: {w}" for m, w in words.items())
+        what = CLAIM_WORDS[claim].replace(" B ", f" {B} ").replace(" A ", f" {A} ")
+        verdict = "agrees across measures" if len(set(words.values())) == 1 else "DEPENDS ON THE MEASURE"
+        out.append(f"Whether {what}: {verdict} ({listed}; the other measures on the first {measured['n_images']} images).")
+    return out
+
+
+def table(measured: dict, cka_judgements: dict) -> str:
+    """Markdown: each claim and reading, its effect against its noise, the untrained twins and the verdict, per measure."""
+    from helpers.report.controls import READING_WORDS, _effect_text
+
+    keys = keys_of(measured)
+    if not keys:
+        return ""
+    rows = ["| conclusion | reading | " + " | ".join(["CKA"] + [KEYS[k] for k in keys]) + " |",
+            "|---|---|" + "---|" * (1 + len(keys))]
+    for claim, by_reading in cka_judgements.items():
+        for r in by_reading:
+            cells = [_effect_text(by_reading[r])] + [_effect_text(measured[k]["judgements"][claim][r]) for k in keys]
+            rows.append(f"| {claim} | {READING_WORDS[r]} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def claims_rows(measured: dict, cka_judgements: dict) -> list:
+    """Rows for tables/measure_claims.csv: claim, reading, measure, effect, noise, untrained twins, verdict."""
+    keys = keys_of(measured)
+    rows = []
+    for claim, by_reading in cka_judgements.items():
+        for r in by_reading:
+            for name, v in [("CKA", by_reading[r])] + [(KEYS[k], measured[k]["judgements"][claim][r]) for k in keys]:
+                rows.append([claim, r, name, v.effects[0] if v.effects else None, v.noise[0] if v.noise else None,
+                             v.floor, v.words()])
+    return rows
+
+
+def methods_paragraph(measured: dict) -> str:
+    """METHODS.md's paragraph on the other measures (empty without any)."""
+    keys = keys_of(measured)
+    if not keys:
+        return ""
+    described = "; ".join(DESCRIPTIONS[k] for k in keys)
+    cited = " ".join(REFERENCES[k] for k in keys)
+    return (f"\n## Other similarity measures\n\nEach comparative conclusion was recomputed with {described}. They "
+            f"compare every pair of images at once, so they ran on the first {measured['n_images']} images of the set "
+            f"(one forward pass per model and reading, each layer kept as its Gram matrix), with intervals from "
+            f"{measured['repeats']} disjoint subsamples of those images, and were judged by the same rule as CKA (the "
+            "effect against its interval and any reference spread, and against the untrained twins), under both "
+            f"readings. A conclusion agrees across measures when every measure reaches the same verdict.\n\n{cited}\n")
+
+
+def caption(measured: dict) -> str:
+    """CAPTIONS.md's entry for the measures' tables (empty without other measures)."""
+    keys = keys_of(measured)
+    if not keys:
+        return ""
+    names = ", ".join(KEYS[k] for k in keys)
+    return (f"\n**tables/measure_claims.csv** Each comparative conclusion (R1-R3) under both readings and each measure "
+            f"(CKA, {names}): the effect, its noise, the untrained twins' effect and the verdict of helpers.verdicts; "
+            f"{names} on the first {measured['n_images']} images, with {measured['repeats']} disjoint subsamples for "
+            f"the noise. **tables/measure_<name>.npz** every matrix those verdicts rest on, with its subsample values.\n")
