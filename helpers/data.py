@@ -51,8 +51,9 @@ class FileImages:
     loader must be a module-level function (read_rgb, or torchvision's own for Imagenette).
     """
 
-    def __init__(self, paths, loader):
+    def __init__(self, paths, loader, parent: "FileImages | None" = None, rows: list | None = None):
         self.paths, self.loader = [str(p) for p in paths], loader
+        self.parent, self.rows = parent, rows  # a subset: its images are the parent's images at `rows`
 
     def __call__(self, i: int):
         return self.loader(self.paths[i])
@@ -61,7 +62,10 @@ class FileImages:
         return len(self.paths)
 
     def subset(self, indices) -> "FileImages":
-        return FileImages([self.paths[i] for i in indices], self.loader)
+        """The files at `indices`, remembering the whole set they come from (its disk cache serves them too)."""
+        rows = [int(i) for i in indices] if self.parent is None else [self.rows[int(i)] for i in indices]
+        root = self if self.parent is None else self.parent
+        return FileImages([root.paths[r] for r in rows], self.loader, root, rows)
 
 
 @dataclass

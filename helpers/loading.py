@@ -176,7 +176,7 @@ def file_batches(images, prep: Preprocessing, batch_size: int, device):
     source = entry.read(batch_size) if entry is not None and entry.usable() else None
     if source is None:
         source = decoded(images, prep, batch_size, worker_count(images))
-        if entry is not None:
+        if entry is not None and entry.rows is None:  # a subsample whose whole set's entry failed is not written
             source = entry.write_through(source, len(images))
     for crops in source:
         yield prep.normalise(to_device(crops, device))

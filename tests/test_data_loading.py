@@ -63,12 +63,22 @@ def test_batches_equal_the_sequential_ones_bit_for_bit(folder, vit, monkeypatch,
 
 def test_a_second_pass_reads_the_cache_and_decodes_nothing(folder, vit, cache_here, monkeypatch):
     images = data.image_set(str(folder))
+    part = data.subset(data.subset(images, range(3, 21)), [17, 0, 4, 0, 9])  # rows 20, 3, 7, 3, 12 of the whole set
+    expected_part = sequential(part, vit)
     first = torch.cat(all_batches(images, vit))
     (entry,) = entries(cache_here)
     assert entry.suffix == ".safetensors" and entry.stat().st_size > N * 3 * 32 * 32
     monkeypatch.setattr(loading, "_decode", lambda *a: pytest.fail("decoded although cached"))
     assert torch.equal(torch.cat(all_batches(images, vit)), first)
     assert torch.equal(torch.cat(all_batches(data.image_set(str(folder)), vit)), first)  # a new ImageSet of the same files
+    assert torch.equal(torch.cat(all_batches(part, vit, 2)), expected_part)  # a subsample reads its whole set's entry
+    assert entries(cache_here) == [entry]
+
+
+def test_a_subsample_without_its_whole_set_cached_gets_its_own_entry(folder, vit, cache_here):
+    part = data.subset(data.image_set(str(folder)), [5, 1, 2, 8])
+    assert torch.equal(torch.cat(all_batches(part, vit, 3)), sequential(part, vit))
+    assert len(entries(cache_here)) == 1 and image_cache.Entry.for_images(part, loading.preprocessing(vit)).usable()
 
 
 def test_a_pass_stopped_early_leaves_nothing(folder, vit, cache_here):
@@ -205,3 +215,16 @@ def test_forwards_under_autocast_keep_float32_grams_and_truthful_meta(vit, resne
     assert grams and all(g.dtype == torch.float32 for g in grams)  # fresh passes: not plain's kept Grams
     # bfloat16 features (8-bit mantissa) move CKA a little, and only a little
     assert 0 < np.abs(half.values - plain.values).max() < 0.02
+
+
+def test_a_subsample_never_reads_a_damaged_row(folder, vit, cache_here):
+    images = data.image_set(str(folder))
+    all_batches(images, vit)
+    (entry,) = entries(cache_here)
+    raw = bytearray(entry.read_bytes())
+    raw[-100] ^= 0xFF  # in the last image, row 20
+    entry.write_bytes(bytes(raw))
+    part = data.subset(images, [20, 0])
+    with pytest.warns(UserWarning, match="damaged"):
+        assert torch.equal(torch.cat(all_batches(part, vit)), sequential(part, vit))
+    assert entries(cache_here) == []  # deleted; the subsample did not write over its whole set's entry
