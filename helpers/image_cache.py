@@ -94,6 +94,11 @@ def _make_room(folder: Path, needed: int, cap: int) -> None:
         oldest.unlink(missing_ok=True)
 
 
+def _crc(image: torch.Tensor) -> int:
+    """CRC-32 of a (3, H, W) uint8 image's bytes."""
+    return zlib.crc32(image.detach().cpu().contiguous().numpy())
+
+
 def _touch(path: Path) -> None:
     """Mark as used now, to the nanosecond (the kernel's own clock for files ticks every few ms: ties)."""
     now = time.time_ns()
@@ -173,11 +178,11 @@ class Entry:
                 for start in range(0, self.count, 256):
                     chunk = images[start:start + 256]
                     for offset, crc in enumerate(crcs[start:start + 256]):
-                        if zlib.crc32(chunk[offset].numpy()) != crc:
+                        if _crc(chunk[offset]) != crc:
                             raise ValueError(f"image {start + offset} does not match its checksum")
             else:  # only the rows a subsample reads
                 for row in sorted(set(self.rows)):
-                    if zlib.crc32(images[row:row + 1][0].numpy()) != crcs[row]:
+                    if _crc(images[row:row + 1][0]) != crcs[row]:
                         raise ValueError(f"image {row} does not match its checksum")
 
     def read(self, batch_size: int):
@@ -216,8 +221,8 @@ class Entry:
                         handle.write(b"\0" * (8 + reserved))  # the header, once every checksum is known
                 if handle is not None:
                     batch = batch.contiguous()
-                    handle.write(memoryview(batch.numpy()).cast("B"))
-                    crcs.extend(zlib.crc32(image.numpy()) for image in batch)
+                    handle.write(memoryview(batch.detach().cpu().numpy()).cast("B"))
+                    crcs.extend(_crc(image) for image in batch)
                     if len(crcs) == count:
                         handle.seek(0)
                         handle.write(struct.pack("<Q", reserved) + _header(self.key, shape, crcs).ljust(reserved, b" "))
