@@ -15,7 +15,10 @@ images, best of --repeats:
   cache read      a later pass: the crops read from the disk cache (checksums checked), normalised
 
 Batches stay on the CPU (no forward pass): this times the images alone. torch runs one thread, as on
-the course's CI. The machine's load average is printed: on a shared machine, other work slows every case.
+the course's CI. The machine's load average is printed: on a shared machine, other work slows every
+case, and threads only help when cores are free. So each case also prints the CPU time this process
+used per image (all its threads): the work itself, which other processes change much less, and
+"CPU/wall": how many cores the case kept busy (1 = no parallelism).
 
     python benchmarks/bench_decoding.py [--count 500] [--repeats 3] [--batch 64]
 """
@@ -66,15 +69,15 @@ def processes(images, model, batch, workers):
         pass
 
 
-def best(fn, repeats, before_each=None) -> float:
-    """The fastest of `repeats` runs of fn(), in seconds."""
+def best(fn, repeats, before_each=None) -> tuple:
+    """(wall seconds, CPU seconds of this process's threads) of the fastest of `repeats` runs of fn()."""
     times = []
     for _ in range(repeats):
         if before_each:
             before_each()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append((time.perf_counter() - start, time.process_time() - cpu))
     return min(times)
 
 
@@ -114,10 +117,11 @@ def main():
     results["cache read (later passes)"] = best(lambda: after(images, model, args.batch), args.repeats)
     cached = image_cache.used_bytes()
 
-    base = results["before (sequential, whole transform per image)"]
-    print(f"\n| case | images/s | ms per image | speed-up vs before |\n|---|---|---|---|")
-    for name, seconds in results.items():
-        print(f"| {name} | {len(images) / seconds:,.0f} | {seconds / len(images) * 1000:.2f} | {base / seconds:.2f}x |")
+    base = results["before (sequential, whole transform per image)"][0]
+    print("\n| case | images/s | ms per image | speed-up vs before | CPU ms per image | CPU/wall |\n|---|---|---|---|---|---|")
+    for name, (seconds, cpu) in results.items():
+        print(f"| {name} | {len(images) / seconds:,.0f} | {seconds / len(images) * 1000:.2f} | {base / seconds:.2f}x | "
+              f"{cpu / len(images) * 1000:.2f} | {cpu / seconds:.2f} |")
     print(f"\nload average after: {os.getloadavg()[0]:.2f}; cache entry: {cached / 1e6:.1f} MB "
           f"({cached / len(images) / 1e3:.0f} KB per image, uint8 224 x 224 crops)")
 

