@@ -166,7 +166,8 @@ def _torchvision_set(name: str, count: int | None, download: bool) -> ImageSet:
     labels = [all_labels[i] for i in order] if len(all_labels) == len(dataset) else None
     samples = getattr(dataset, "_samples", None)
     if name == "imagenette" and samples is not None and len(samples) == len(dataset):  # files: decoded in threads, cached
-        return ImageSet(name, len(order), FileImages([samples[i][0] for i in order], dataset.loader), labels)
+        return ImageSet(name, len(order), _first_files([samples[i][0] for i in _fixed_order(len(dataset))],
+                                                       dataset.loader, len(order)), labels)
     return ImageSet(name, len(order), lambda i: dataset[order[i]][0], labels)
 
 
@@ -216,10 +217,17 @@ def _folder_set(folder: Path, count) -> ImageSet:
         warnings.warn(f"{folder} holds images both directly and in subfolders, so the subfolders cannot be read as "
                       "classes: the images get no labels. Put every image in a class subfolder to get labels.")
     classes = {name: i for i, name in enumerate(sorted(set(top)))} if labelled else {}
-    order = _fixed_order(len(files))[:_check_count(count, len(files), str(folder))]
-    files = [files[i] for i in order]
+    shuffled = [files[i] for i in _fixed_order(len(files))]
+    files = shuffled[:_check_count(count, len(files), str(folder))]
     labels = [classes[f.relative_to(folder).parts[0]] for f in files] if labelled else None
-    return ImageSet(str(folder), len(files), FileImages(files, read_rgb), labels)
+    return ImageSet(str(folder), len(files), _first_files(shuffled, read_rgb, len(files)), labels)
+
+
+def _first_files(paths: list, loader, count: int) -> FileImages:
+    """The first `count` of `paths`, as a subset of all of them: a set of any count is then read from the
+    disk cache of the whole set, when some notebook has decoded that (helpers.image_cache)."""
+    every = FileImages(paths, loader)
+    return every if count == len(paths) else every.subset(range(count))
 
 
 def image_set(source: str, count: int | None = None, split: str = "test", download: bool = True) -> ImageSet:

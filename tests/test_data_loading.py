@@ -75,6 +75,14 @@ def test_a_second_pass_reads_the_cache_and_decodes_nothing(folder, vit, cache_he
     assert entries(cache_here) == [entry]
 
 
+def test_a_set_of_fewer_images_reads_the_whole_sets_entry(folder, vit, cache_here, monkeypatch):
+    few = data.image_set(str(folder), count=9)
+    expected = sequential(few, vit)
+    all_batches(data.image_set(str(folder)), vit)
+    monkeypatch.setattr(loading, "_decode", lambda *a: pytest.fail("decoded although cached"))
+    assert torch.equal(torch.cat(all_batches(few, vit)), expected) and len(entries(cache_here)) == 1
+
+
 def test_a_subsample_without_its_whole_set_cached_gets_its_own_entry(folder, vit, cache_here):
     part = data.subset(data.image_set(str(folder)), [5, 1, 2, 8])
     assert torch.equal(torch.cat(all_batches(part, vit, 3)), sequential(part, vit))
