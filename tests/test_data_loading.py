@@ -222,7 +222,9 @@ def test_forwards_under_autocast_keep_float32_grams_and_truthful_meta(vit, resne
     assert half.meta["amp"] is True and half.meta["amp_dtype"] == "bfloat16"
     assert grams and all(g.dtype == torch.float32 for g in grams)  # fresh passes: not plain's kept Grams
     # bfloat16 features (8-bit mantissa) move CKA a little, and only a little
-    assert 0 < np.abs(half.values - plain.values).max() < 0.02
+    difference = np.abs(half.values - plain.values).max()
+    print(f"largest CKA difference, bfloat16 vs float32 forwards: {difference:.2e}")
+    assert 0 < difference < 0.02
 
 
 def test_a_subsample_never_reads_a_damaged_row(folder, vit, cache_here):
