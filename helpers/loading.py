@@ -84,6 +84,16 @@ class Preprocessing:
         pixels = np.asarray(cropped if cropped.mode == "RGB" else cropped.convert("RGB"))  # (H, W, 3)
         return torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1)))
 
+    def checked_tensor(self, image: torch.Tensor) -> torch.Tensor:
+        """An image given as a tensor (a set whose get returns them): uint8 (3, H, W) at the model's size, as it is."""
+        if image.dtype != torch.uint8:  # a float tensor may already be scaled or normalised: never guess
+            raise ValueError(f"Image tensors must be uint8 (0-255), got {image.dtype}. Convert floats in [0, 1] with "
+                             "(x * 255).round().to(torch.uint8), or give PIL images.")
+        if tuple(image.shape[-2:]) != tuple(self.config["input_size"][-2:]):
+            raise ValueError(f"Image of size {tuple(image.shape[-2:])} but the model expects {self.config['input_size'][-2:]}. "
+                             "Use the model's own image set (lite models take 'shapes').")
+        return image
+
     def normalise(self, crops: torch.Tensor) -> torch.Tensor:
         """(B, 3, H, W) uint8 -> float32, as timm's to-tensor and normalise steps compute it."""
         mean, std = self.mean.to(crops.device), self.std.to(crops.device)
@@ -124,6 +134,9 @@ def preprocessing(model) -> Preprocessing:
 def _decode(images, prep: Preprocessing, i: int) -> torch.Tensor:
     """Image i: its uint8 crop, or its float tensor when the transform cannot be split."""
     picture = images.get(i)
+    if isinstance(picture, torch.Tensor):  # already pixels at the model's size: only normalised
+        picture = prep.checked_tensor(picture)
+        return picture if prep.crop is not None else prep.normalise(picture[None])[0]
     return prep.crop_to_uint8(picture) if prep.crop is not None else prep.whole(picture)
 
 

@@ -238,3 +238,14 @@ def test_a_subsample_never_reads_a_damaged_row(folder, vit, cache_here):
     with pytest.warns(UserWarning, match="damaged"):
         assert torch.equal(torch.cat(all_batches(part, vit)), sequential(part, vit))
     assert entries(cache_here) == []  # deleted; the subsample did not write over its whole set's entry
+
+
+def test_a_set_whose_get_returns_tensors_is_normalised_as_before(vit, monkeypatch):
+    """Sets made by hand (benchmarks/bench_host_ram.py) may hand out uint8 tensors one at a time."""
+    monkeypatch.setenv(loading.WORKERS_ENV, "2")
+    shapes = data.image_set("shapes", count=10)
+    by_hand = data.ImageSet("by hand", 10, lambda i: shapes.tensor[i])
+    assert torch.equal(torch.cat(all_batches(by_hand, vit, 4)), data.preprocess_for(vit)(shapes.tensor))
+    wrong = data.ImageSet("floats", 2, lambda i: shapes.tensor[i].float())
+    with pytest.raises(ValueError, match="uint8"):
+        all_batches(wrong, vit)
