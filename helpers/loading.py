@@ -9,11 +9,12 @@ Imagenette, CIFAR-10, changed_images of those). Why: decoding a JPEG and resizin
 main thread as long as a GPU's forward pass of the image, or longer, and every pass decoded again.
 
 - **Threads, not processes.** PIL decodes and resizes with Python's lock released, so a thread pool
-  decodes in parallel with no worker start-up, no pickling (Windows' and macOS's spawn, Jupyter,
-  lambdas in changed_images all work as they are) and no second copy of the process in memory.
+  decodes in parallel with no worker start-up, no pickling (Windows' and macOS's spawn start
+  method, Jupyter kernels) and no second copy of the process in memory.
   COURSE_WORKERS=N sets the number of threads; 0 decodes in the calling thread, as before.
-  Default: one per CPU core, at most 4 (Colab and this course's CI have 2 cores). Sets held as
-  one tensor (shapes, tensor_set) never start threads: they are normalised in one vectorised step.
+  Default: one per CPU core, at most 4 (Colab and this course's CI have 2 cores). Only sets read
+  from files use threads (worker_count says why): shapes and tensor_set are normalised in one
+  vectorised step; changed_images, CIFAR-10 and sets made by hand run in the calling thread.
 - **Order.** Batch k always holds images k*B ... (k+1)*B - 1, whatever the thread count; at most two
   batches are decoded ahead, so next(batches(...)) does not decode the whole set.
 - **Uint8 crops.** timm's eval transform is resize -> centre crop -> to float / 255 -> normalise. The
@@ -27,6 +28,7 @@ main thread as long as a GPU's forward pass of the image, or longer, and every p
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -49,11 +51,18 @@ def cpu_count() -> int:
 
 
 def worker_count(images) -> int:
-    """How many decoding threads `images` gets: 0 for a set held as one tensor, else COURSE_WORKERS or the default.
+    """How many decoding threads `images` gets: COURSE_WORKERS or the default for a set read from files, else 0.
 
     Default: one per core, at most MAX_DEFAULT_WORKERS; 0 (decode in the calling thread) on one core.
+    Only files (helpers.data.FileImages: a path and a pure reading function per image) go to threads.
+    Any other set runs in the calling thread, as before: one held as a tensor is normalised in one
+    vectorised step, and one whose pixels a function computes (changed_images with a student's
+    function, a set made by hand) might not be safe to run in threads, or might draw random numbers,
+    whose order threads would shuffle.
     """
-    if images.tensor is not None:
+    from helpers.data import FileImages
+
+    if not isinstance(images.get, FileImages):
         return 0
     text = os.environ.get(WORKERS_ENV, "").strip()
     if text:
@@ -154,7 +163,7 @@ def decoded(images, prep: Preprocessing, batch_size: int, workers: int):
         def submit(start):
             pending.append([pool.submit(_decode, images, prep, i) for i in range(start, min(start + batch_size, len(images)))])
 
-        for start in [s for _, s in zip(range(AHEAD + 1), ahead)]:
+        for start in itertools.islice(ahead, AHEAD + 1):
             submit(start)
         while pending:
             futures = pending.popleft()

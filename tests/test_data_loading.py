@@ -174,7 +174,11 @@ def test_the_key_follows_the_preprocessing_not_the_normalisation(folder, vit):
 
 def test_worker_count_rules(monkeypatch, folder):
     files, shapes = data.image_set(str(folder)), data.image_set("shapes", count=8)
-    assert loading.worker_count(shapes) == 0  # a tensor set never starts threads
+    computed = data.changed_images(files, data.grey, "grey")
+    monkeypatch.setenv(loading.WORKERS_ENV, "2")
+    assert loading.worker_count(shapes) == 0 and loading.worker_count(computed) == 0  # only files go to threads
+    assert loading.worker_count(data.subset(files, [3, 1])) == 2
+    monkeypatch.delenv(loading.WORKERS_ENV)
     for cores, expected in [(1, 0), (2, 2), (16, loading.MAX_DEFAULT_WORKERS)]:
         monkeypatch.setattr(loading, "cpu_count", lambda: cores)
         assert loading.worker_count(files) == expected
