@@ -3,6 +3,7 @@
     python benchmarks/gpu_check.py                 # about 5-10 minutes on one GPU; prints a table
     python benchmarks/gpu_check.py --only 11 12    # some notebooks
     python benchmarks/gpu_check.py --no-rehearsal
+    python benchmarks/gpu_check.py --autocast-only  # only the autocast comparison (about a minute)
 
 Each notebook runs top to bottom in its own kernel with COURSE_TRACK=lite and COURSE_DEVICE=cuda
 (the tests pin the CPU, so this is the only run of the lite track on a GPU). A last cell added to
@@ -12,6 +13,13 @@ its table.md. Then the full-track rehearsal (tests/test_full_track_rehearsal.py:
 real code path, a few photographs) runs with COURSE_REHEARSAL_DEVICE=cuda. With 2 GPUs or more, the
 report runs once on one GPU and once with torchrun on two (helpers.report.distributed), and the largest
 difference between their tables is printed with both times (skipped with fewer GPUs).
+
+First, the autocast comparison: the same cka_matrix with the forward passes in float32
+(amp=False), under float16 autocast (the default on CUDA) and under bfloat16 autocast, printing
+the largest difference of any CKA value from float32 and the seconds each took: the lite ViT and
+ResNet (trained, bundled) on 2,048 'shapes' images, and timm's ViT-B/16 and ResNet-50 (random
+weights: no download) on 256 JPEG files read through helpers.loading (threads, pinned memory,
+non-blocking copies, the disk cache).
 
 Needs a CUDA GPU; exits with a message on a machine without one.
 """
@@ -54,6 +62,42 @@ def run_notebook(path: Path, out: Path, env: dict, timeout: int) -> dict:
     return {"seconds": seconds, "error": error, **(json.loads(report[-1]) if report else {"gpu_mib": None, "rss_mib": None})}
 
 
+def autocast_check() -> str:
+    """CKA with forward passes in float32 vs float16 vs bfloat16 autocast on CUDA; a markdown table."""
+    import tempfile
+
+    import timm
+    import torch
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from jpeg_folder import write_jpeg_folder
+
+    from helpers import compare, data, gram_cache, models
+
+    folder = write_jpeg_folder(Path(tempfile.mkdtemp()) / "jpegs", 256)
+    cases = {"lite ViT x lite ResNet, 2,048 shapes": (models.load("lite-vit"), models.load("lite-resnet"),
+                                                     data.image_set("shapes", count=2048)),
+             "ViT-B/16 x ResNet-50 (random weights), 256 JPEGs": (
+                 timm.create_model("vit_base_patch16_224", pretrained=False).cuda(),
+                 timm.create_model("resnet50", pretrained=False).cuda(), data.image_set(str(folder)))}
+    lines = ["| models, images | autocast | max abs CKA difference from float32 | seconds |", "|---|---|---|---|"]
+    for name, (vit, resnet, images) in cases.items():
+        reference = None
+        for amp in (False, "fp16", "bf16"):
+            gram_cache.clear()
+            torch.cuda.synchronize()
+            start = time.time()
+            result = compare.cka_matrix(vit.cuda(), images, "blocks", model_b=resnet.cuda(), batch_size=128, amp=amp,
+                                        progress=False)
+            torch.cuda.synchronize()
+            seconds = time.time() - start
+            reference = result.values if reference is None else reference
+            diff = float(abs(result.values - reference).max())
+            lines.append(f"| {name} | {result.meta['amp_dtype'] or 'off (float32)'} | {diff:.2e} | {seconds:.1f} |")
+            print(lines[-1], flush=True)
+    return "\n".join(lines)
+
+
 def table(rows: dict) -> str:
     lines = ["| notebook | result | seconds | peak GPU memory (MiB) | peak host RSS (MiB) |", "|---|---|---|---|---|"]
     for name, r in rows.items():
@@ -93,6 +137,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", help="notebook numbers, e.g. 11 12")
     parser.add_argument("--no-rehearsal", action="store_true")
+    parser.add_argument("--autocast-only", action="store_true", help="only the autocast comparison")
     parser.add_argument("--out", default=str(ROOT / "outputs" / "gpu_check"))
     parser.add_argument("--timeout", type=int, default=900, help="seconds per cell")
     args = parser.parse_args(argv)
@@ -103,6 +148,11 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     print(f"GPU: {torch.cuda.get_device_name(0)}; torch {torch.__version__}")
+    amp_table = autocast_check()
+    (out / "autocast.md").write_text(amp_table + "\n")
+    if args.autocast_only:
+        print("\n" + amp_table)
+        return 0
     env = {"COURSE_TRACK": "lite", "COURSE_DEVICE": "cuda", "COURSE_OUTPUT_DIR": str(out / "outputs")}
     wanted = [f"{n:0>2}" for n in args.only] if args.only else [f"{n:02d}" for n in range(5, 18)]
     rows = {}
@@ -110,7 +160,8 @@ def main(argv=None) -> int:
         (path,) = sorted((ROOT / "notebooks").glob(f"{number}_*.ipynb"))
         rows[path.stem] = run_notebook(path, out, env, args.timeout)
         print(f"{path.stem}: {rows[path.stem]}", flush=True)
-    text = "Lite track on CUDA (" + torch.cuda.get_device_name(0) + ")\n\n" + table(rows) + "\n"
+    text = ("Autocast on CUDA (" + torch.cuda.get_device_name(0) + ")\n\n" + amp_table + "\n\n"
+            "Lite track on CUDA (" + torch.cuda.get_device_name(0) + ")\n\n" + table(rows) + "\n")
     failed = sum(bool(r["error"]) for r in rows.values())
     if not args.no_rehearsal:
         start = time.time()

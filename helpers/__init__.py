@@ -21,6 +21,9 @@ One module per idea:
     report         python -m helpers.report: two models, one report bundle
     guards         checks of what is passed in; models returned in the mode they came in
     shapes, data   the generated lite dataset; image sets with each model's preprocessing
+    loading        image files to batches: decoded in threads, uint8 crops normalised per batch
+    image_cache    decoded, cropped images kept on disk, once per image set and preprocessing
+    autocast       forward passes in float16 on CUDA; Grams and sums stay float32 / float64
     download       downloads that resume after an interruption, verified, extracted atomically (Imagenette)
     zoo, train     the lite models (timm ViTs, ResNets, a Mixer, an EfficientNet) and their training
     models         load any model by name on either track; the track chooser

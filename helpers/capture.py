@@ -307,6 +307,8 @@ class Capture:
             raise RuntimeError(f"Module '{tap.module}' ran {self._counts[tap.label]} times in one forward pass of the model "
                                "(a module used twice?). Capture(..., on_repeat='last') keeps the last call.")
         value = value.detach()
+        if value.dtype in (torch.float16, torch.bfloat16):  # a forward under autocast: pool and keep in float32
+            value = value.float()
         rows = apply_policy(value, self.policy, self.num_prefix_tokens, self.num_patches, tap.layout)
         kept = self.transform(rows) if self.transform else rows
         # clone anything that still shares the activation's memory: timm's ReLUs work in place

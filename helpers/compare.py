@@ -25,6 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 from helpers import models
+from helpers.autocast import dtype_name, forward_context, forward_dtype
 from helpers.attention import attention_of_heads
 from helpers.capture import Capture, is_vit
 from helpers.data import ImageSet, batches
@@ -36,8 +37,8 @@ from helpers.minibatch_cka import CKAMatrix, MinibatchCKA, centered_gram
 def _gram_of_rows(rows: torch.Tensor) -> torch.Tensor:
     """(B, p) activations (any float dtype) -> (B, B) float32 Gram of centered rows.
 
-    Autocast is switched off here: under cka_matrix(amp=True) the forward passes run in bfloat16, but
-    a bfloat16 Gram (8-bit mantissa) would lose the digits CKA needs.
+    Autocast is switched off here: on CUDA the forward passes run in float16 (helpers.autocast), but
+    a half-precision Gram (11- or 8-bit mantissa) would lose the digits CKA needs.
     """
     with torch.autocast(rows.device.type, enabled=False):
         return centered_gram(rows.float())
@@ -90,7 +91,7 @@ def _check_enough(images: ImageSet) -> None:
 
 def cka_matrix(model_a, images: ImageSet, layers_a="blocks", model_b=None, layers_b=None,
                policy_a: str = "all", policy_b: str | None = None, batch_size: int = 256,
-               amp: bool = False, progress: bool = True, meta: dict | None = None) -> CKAMatrix:
+               amp=None, progress: bool = True, meta: dict | None = None) -> CKAMatrix:
     """Minibatch linear CKA between every layer of model A and every layer of model B.
 
     model_a, model_b: torch modules or names for helpers.models.load; model_b=None compares A with itself.
@@ -100,8 +101,9 @@ def cka_matrix(model_a, images: ImageSet, layers_a="blocks", model_b=None, layer
     batch_size: images per minibatch (the paper used 1024; 128-256 give the same values, less memory).
         When it does not divide the number of images, the last, smaller batch counts in
         proportion to its size (helpers.minibatch_cka); a last batch of 1-3 images is skipped, with a note.
-    amp: run the forward passes in bfloat16 autocast on CUDA (Grams stay float32, sums float64);
-        .meta["amp"] says whether it really ran (never on the CPU).
+    amp: on CUDA the forward passes run under float16 autocast unless amp=False or COURSE_AUTOCAST=off
+        ("bf16" for bfloat16; helpers.autocast); Grams stay float32, sums float64. .meta["amp"] says
+        whether it really ran (never on the CPU), .meta["amp_dtype"] in which type.
     Models come back in the mode (train or eval) they came in; the analysis runs in eval mode.
     Returns a CKAMatrix: rows = A's layers, columns = B's layers, with what produced it in .meta.
     """
@@ -112,7 +114,7 @@ def cka_matrix(model_a, images: ImageSet, layers_a="blocks", model_b=None, layer
 
 def cka_state(model_a, images: ImageSet, layers_a="blocks", model_b=None, layers_b=None,
               policy_a: str = "all", policy_b: str | None = None, batch_size: int = 256,
-              amp: bool = False, progress: bool = True, meta: dict | None = None) -> tuple:
+              amp=None, progress: bool = True, meta: dict | None = None) -> tuple:
     """cka_matrix's sums before they become CKA: (MinibatchCKA, meta dict); arguments as cka_matrix.
 
     For one shard of the images in a group of processes (helpers.report.distributed): the accumulators
@@ -135,16 +137,15 @@ def cka_state(model_a, images: ImageSet, layers_a="blocks", model_b=None, layers
     capture_b = None if within else _gram_capture(model_b, layers_b, policy_b, "b")
     accumulator = MinibatchCKA(capture_a.labels, None if within else capture_b.labels)
     device = next(model_a.parameters()).device
-    amp_runs = bool(amp) and device.type == "cuda"
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if amp_runs else nullcontext()
+    dtype = forward_dtype(device, amp)  # None on the CPU
 
     # Grams already computed for the same model, layers and images are reused (helpers.gram_cache)
     with evaluating(model_a), (nullcontext() if within else evaluating(model_b)):
-        grams_a = BatchGrams(model_a, images, capture_a, batch_size, amp_runs)
-        grams_b = None if within else BatchGrams(model_b, images, capture_b, batch_size, amp_runs)
+        grams_a = BatchGrams(model_a, images, capture_a, batch_size, dtype)  # forwards under autocast, Grams float32
+        grams_b = None if within else BatchGrams(model_b, images, capture_b, batch_size, dtype)
         skipped = _skipped(len(images), batch_size)
         with ExitStack() as stack:
-            for context in (torch.no_grad(), autocast, capture_a) + (() if within else (capture_b,)):
+            for context in (torch.no_grad(), capture_a) + (() if within else (capture_b,)):
                 stack.enter_context(context)
             for g_a, g_b in tqdm(zip(grams_a, itertools.repeat(None) if within else grams_b), total=len(grams_a), desc="CKA",
                                  disable=not progress):
@@ -154,18 +155,20 @@ def cka_state(model_a, images: ImageSet, layers_a="blocks", model_b=None, layers
             "layers_b": str(layers_b), "policy_a": policy_a, "policy_b": policy_b,
             "resolved_layers_a": _resolved(capture_a), "resolved_layers_b": _resolved(capture_b or capture_a),
             "images": images.name, "n_images_skipped": skipped, "batch_size": batch_size, "device": str(device),
-            "amp": amp_runs, "amp_requested": bool(amp), "seconds": round(time.time() - start, 2), **(meta or {})}
+            "amp": dtype is not None, "amp_dtype": dtype_name(dtype), "amp_requested": amp,
+            "seconds": round(time.time() - start, 2), **(meta or {})}
     return accumulator, info
 
 
 def head_groups_cka(vit, cnn, images: ImageSet, head_groups: dict, cnn_layers, block: int = 0,
-                    batch_size: int = 256, progress: bool = False) -> CKAMatrix:
+                    batch_size: int = 256, progress: bool = False, amp=None) -> CKAMatrix:
     """Minibatch linear CKA between groups of one ViT block's attention heads and CNN layers (F3, Fig. 5).
 
     head_groups: {label: [head indices]}; a group's representation is its heads' outputs
     softmax(q k^T) v before the output projection, patch tokens only (CLS left out), flattened
     per image: (B, patches * heads_in_group * head_dim).
     cnn_layers: names, globs or a preset for helpers.capture (each flattened per image).
+    amp: forwards under autocast on CUDA, as in cka_matrix.
     Returns a CKAMatrix: rows = head groups, columns = CNN layers.
     """
     start = time.time()
@@ -186,19 +189,22 @@ def head_groups_cka(vit, cnn, images: ImageSet, head_groups: dict, cnn_layers, b
         raise ValueError(f"head_groups must be non-empty lists of head indices 0..{heads - 1} of block {block}; got {head_groups}.")
     capture = Capture(cnn, cnn_layers, transform=_gram_of_rows)
     accumulator = MinibatchCKA(list(head_groups), capture.labels)
+    dtype = forward_dtype(next(cnn.parameters()).device, amp)
     prefix = vit.num_prefix_tokens
     _skipped(len(images), batch_size)
     with evaluating(vit), evaluating(cnn):
-        cnn_grams = BatchGrams(cnn, images, capture, batch_size)  # one CNN pass serves every grouping of the heads
+        cnn_grams = BatchGrams(cnn, images, capture, batch_size, dtype)  # one CNN pass serves every grouping of the heads
         with torch.no_grad(), capture:
             for x_vit, grams in tqdm(zip(batches(images, vit, batch_size), cnn_grams), total=len(cnn_grams),
                                      desc="CKA", disable=not progress):
-                outputs = attention_of_heads(vit, x_vit, block)[:, :, prefix:]  # (B, heads, patches, head_dim)
+                with forward_context(dtype):
+                    outputs = attention_of_heads(vit, x_vit, block)[:, :, prefix:]  # (B, heads, patches, head_dim)
                 groups = torch.stack([_gram_of_rows(outputs[:, group].flatten(1)) for group in head_groups.values()])
                 accumulator.update_grams(groups, grams)
     info = {"model_a": type(vit).__name__, "model_b": type(cnn).__name__, "block": block,
             "head_groups": {k: list(v) for k, v in head_groups.items()}, "layers_b": str(cnn_layers),
-            "images": images.name, "batch_size": batch_size, "seconds": round(time.time() - start, 2)}
+            "images": images.name, "batch_size": batch_size, "amp": dtype is not None, "amp_dtype": dtype_name(dtype),
+            "seconds": round(time.time() - start, 2)}
     return accumulator.result(info)
 
 
@@ -222,20 +228,20 @@ def class_indices(images: ImageSet) -> torch.Tensor:
 
 
 def label_cka(model, images: ImageSet, layers="blocks", policy: str = "all", batch_size: int = 256,
-              progress: bool = False) -> CKAMatrix:
+              progress: bool = False, amp=None) -> CKAMatrix:
     """Minibatch linear CKA between each layer and the class labels: how much class structure a layer holds.
 
     The labels enter as one-hot rows (B, classes), whose Gram says "same class or not"; a layer
     whose examples cluster exactly by class gets 1, one that ignores the class gets about 0.
     images: an ImageSet with .labels (shapes, cifar10, imagenette, a folder of class subfolders).
-    layers, policy: as in cka_matrix. Returns a CKAMatrix: rows = layers, one column "class labels".
+    layers, policy, amp: as in cka_matrix. Returns a CKAMatrix: rows = layers, one column "class labels".
     """
-    accumulator, info = label_cka_state(model, images, layers, policy, batch_size, progress)
+    accumulator, info = label_cka_state(model, images, layers, policy, batch_size, progress, amp=amp)
     return accumulator.result(info)
 
 
 def label_cka_state(model, images: ImageSet, layers="blocks", policy: str = "all", batch_size: int = 256,
-                    progress: bool = False, classes=None) -> tuple:
+                    progress: bool = False, classes=None, amp=None) -> tuple:
     """label_cka's sums before they become CKA: (MinibatchCKA, meta dict), as cka_state.
 
     classes: every class of the whole image set when `images` is one shard of it: the one-hot columns are then
@@ -258,13 +264,14 @@ def label_cka_state(model, images: ImageSet, layers="blocks", policy: str = "all
     accumulator = MinibatchCKA(capture.labels, ["class labels"])
     _skipped(len(images), batch_size)
     with evaluating(model):
-        grams = BatchGrams(model, images, capture, batch_size)  # reused when cka_matrix has computed them
+        dtype = forward_dtype(next(model.parameters()).device, amp)
+        grams = BatchGrams(model, images, capture, batch_size, dtype)  # reused when cka_matrix has computed them
         with torch.no_grad(), capture:
             for index, model_grams in enumerate(tqdm(grams, desc="CKA", disable=not progress)):
                 labels = one_hot[index * batch_size:(index + 1) * batch_size].to(model_grams.device)
                 accumulator.update_grams(model_grams, centered_gram(labels)[None])
     info = {"model_a": type(model).__name__, "model_b": "class labels", "layers_a": str(layers), "policy_a": policy,
-            "resolved_layers_a": _resolved(capture),
+            "resolved_layers_a": _resolved(capture), "amp": dtype is not None, "amp_dtype": dtype_name(dtype),
             "images": images.name, "batch_size": batch_size, "seconds": round(time.time() - start, 2)}
     return accumulator, info
 
@@ -272,18 +279,21 @@ def label_cka_state(model, images: ImageSet, layers="blocks", policy: str = "all
 MAX_KEPT_VALUES = 2**28  # features kept in memory by within_class_cka: 1 GiB of float32
 
 
-def pooled_features(model, images: ImageSet, layers, policy: str, batch_size: int = 256) -> dict:
+def pooled_features(model, images: ImageSet, layers, policy: str, batch_size: int = 256, amp=None) -> dict:
     """Every image's representation at each layer, kept in memory: {layer: (N, p) float32 tensor on the CPU}.
 
     Meant for pooled token policies ("cls", "mean"), whose p is small; refuses more than
-    MAX_KEPT_VALUES numbers in all, with advice, instead of running out of memory.
+    MAX_KEPT_VALUES numbers in all, with advice, instead of running out of memory. amp: as in cka_matrix
+    (the features are float32 whatever the forward pass ran in).
     """
     model = _model(model, "model")
     check_images(images)
+    dtype = forward_dtype(next(model.parameters()).device, amp)
     kept, total = {}, 0
     with torch.no_grad(), evaluating(model), Capture(model, layers, policy) as capture:
         for x in batches(images, model, batch_size):
-            model(x)
+            with forward_context(dtype):
+                model(x)
             for name, rows in capture.take().items():
                 kept.setdefault(name, []).append(rows.float().cpu())
                 total += rows.numel()
@@ -341,22 +351,22 @@ def remove_class_means(features: torch.Tensor, labels) -> torch.Tensor:
 
 
 def within_class_cka(model_a, model_b, images: ImageSet, layers_a="blocks", layers_b="blocks",
-                     policy_a: str = "mean", policy_b: str = "cls", batch_size: int = 256) -> CKAMatrix:
+                     policy_a: str = "mean", policy_b: str = "cls", batch_size: int = 256, amp=None) -> CKAMatrix:
     """Minibatch linear CKA after removing each class's mean from every layer: do two layers share
     anything beyond the class structure?
 
     Two good classifiers of the same classes have similar last layers just because both sort the
     images by class; this removes that shared part (class means over all images) and compares
     what is left. Every image's features are kept in memory (pooled_features), so use pooled
-    policies. Same estimator and batches as cka_matrix. Returns a CKAMatrix (rows = A's layers).
+    policies. Same estimator, batches and autocast (amp) as cka_matrix. Returns a CKAMatrix (rows = A's layers).
     """
     check_images(images)
     batch_size = check_batch_size(batch_size)
     _check_enough(images)
     labels = class_indices(images)
     start = time.time()
-    features_a = {k: remove_class_means(v, labels) for k, v in pooled_features(model_a, images, layers_a, policy_a, batch_size).items()}
-    features_b = {k: remove_class_means(v, labels) for k, v in pooled_features(model_b, images, layers_b, policy_b, batch_size).items()}
+    features_a = {k: remove_class_means(v, labels) for k, v in pooled_features(model_a, images, layers_a, policy_a, batch_size, amp).items()}
+    features_b = {k: remove_class_means(v, labels) for k, v in pooled_features(model_b, images, layers_b, policy_b, batch_size, amp).items()}
     accumulator = MinibatchCKA(list(features_a), list(features_b))
     for begin in range(0, len(images), batch_size):
         stop = begin + batch_size

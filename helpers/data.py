@@ -7,6 +7,10 @@
     for batch in batches(images, model, batch_size=256):   # (B, 3, H, W) float, normalised for `model`
         ...
 
+Image files are decoded in a few threads at once and, once decoded and cropped for a model's
+preprocessing, kept on disk for the next pass and the next notebook (helpers.loading,
+helpers.image_cache; COURSE_WORKERS and COURSE_IMAGE_CACHE_GB set how many threads and how much disk).
+
 Preprocessing always comes from the model's own pretrained config (timm's resolve_data_config):
 resize, crop and mean/std exactly as the model was trained, never constants copied by hand.
 
@@ -37,6 +41,31 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 # where downloaded image sets live (git-ignored); COURSE_DOWNLOAD_DIR puts them elsewhere (a Drive folder, say)
 DOWNLOAD_DIR = Path(os.environ.get("COURSE_DOWNLOAD_DIR") or DATA_DIR / "downloads")
 MAX_IMAGES_ENV = "COURSE_MAX_IMAGES"  # caps every image set (a quick trial run; the full-track rehearsal uses it)
+
+
+class FileImages:
+    """get(i) of an image set read from files: loader(paths[i]) -> PIL image.
+
+    A plain object rather than a closure, so that the files behind a set are known: helpers.image_cache
+    keys its entries on them (path, size, modification time), and it can be sent to another process.
+    loader must be a module-level function (read_rgb, or torchvision's own for Imagenette).
+    """
+
+    def __init__(self, paths, loader, parent: "FileImages | None" = None, rows: list | None = None):
+        self.paths, self.loader = [str(p) for p in paths], loader
+        self.parent, self.rows = parent, rows  # a subset: its images are the parent's images at `rows`
+
+    def __call__(self, i: int):
+        return self.loader(self.paths[i])
+
+    def __len__(self):
+        return len(self.paths)
+
+    def subset(self, indices) -> "FileImages":
+        """The files at `indices`, remembering the whole set they come from (its disk cache serves them too)."""
+        rows = [int(i) for i in indices] if self.parent is None else [self.rows[int(i)] for i in indices]
+        root = self if self.parent is None else self.parent
+        return FileImages([root.paths[r] for r in rows], self.loader, root, rows)
 
 
 @dataclass
@@ -135,6 +164,10 @@ def _torchvision_set(name: str, count: int | None, download: bool) -> ImageSet:
     # labels without decoding every image: CIFAR keeps them in .targets, Imagenette in (path, label) pairs
     all_labels = dataset.targets if name == "cifar10" else [label for _, label in getattr(dataset, "_samples", [])]
     labels = [all_labels[i] for i in order] if len(all_labels) == len(dataset) else None
+    samples = getattr(dataset, "_samples", None)
+    if name == "imagenette" and samples is not None and len(samples) == len(dataset):  # files: decoded in threads, cached
+        return ImageSet(name, len(order), _first_files([samples[i][0] for i in _fixed_order(len(dataset))],
+                                                       dataset.loader, len(order)), labels)
     return ImageSet(name, len(order), lambda i: dataset[order[i]][0], labels)
 
 
@@ -184,10 +217,17 @@ def _folder_set(folder: Path, count) -> ImageSet:
         warnings.warn(f"{folder} holds images both directly and in subfolders, so the subfolders cannot be read as "
                       "classes: the images get no labels. Put every image in a class subfolder to get labels.")
     classes = {name: i for i, name in enumerate(sorted(set(top)))} if labelled else {}
-    order = _fixed_order(len(files))[:_check_count(count, len(files), str(folder))]
-    files = [files[i] for i in order]
+    shuffled = [files[i] for i in _fixed_order(len(files))]
+    files = shuffled[:_check_count(count, len(files), str(folder))]
     labels = [classes[f.relative_to(folder).parts[0]] for f in files] if labelled else None
-    return ImageSet(str(folder), len(files), lambda i: read_rgb(files[i]), labels)
+    return ImageSet(str(folder), len(files), _first_files(shuffled, read_rgb, len(files)), labels)
+
+
+def _first_files(paths: list, loader, count: int) -> FileImages:
+    """The first `count` of `paths`, as a subset of all of them: a set of any count is then read from the
+    disk cache of the whole set, when some notebook has decoded that (helpers.image_cache)."""
+    every = FileImages(paths, loader)
+    return every if count == len(paths) else every.subset(range(count))
 
 
 def image_set(source: str, count: int | None = None, split: str = "test", download: bool = True) -> ImageSet:
@@ -214,7 +254,8 @@ def subset(images: ImageSet, indices) -> ImageSet:
     idx = [int(i) for i in indices]
     labels = None if images.labels is None else [images.labels[i] for i in idx]
     tensor = None if images.tensor is None else images.tensor[idx]
-    return ImageSet(f"{images.name} (subsample of {len(idx)})", len(idx), lambda i: images.get(idx[i]), labels, tensor)
+    get = images.get.subset(idx) if isinstance(images.get, FileImages) else (lambda i: images.get(idx[i]))
+    return ImageSet(f"{images.name} (subsample of {len(idx)})", len(idx), get, labels, tensor)
 
 
 def grey(pixels: np.ndarray) -> np.ndarray:
@@ -307,16 +348,20 @@ def preprocess_for(model):
 
 
 def batches(images: ImageSet, model, batch_size: int = 256, device=None):
-    """Yield preprocessed (B, 3, H, W) batches of `images` in order, for `model`."""
+    """Yield preprocessed (B, 3, H, W) float32 batches of `images` in order, for `model`, on its device.
+
+    A set held as one tensor (shapes, tensor_set) is normalised in one vectorised step per batch;
+    any other is decoded in threads and cached on disk when read from files (helpers.loading).
+    """
+    from helpers import loading
     from helpers.guards import check_images
 
     check_images(images)
     batch_size = check_int(batch_size, "batch_size", 1)
-    preprocess = preprocess_for(model)
     device = device or next(model.parameters(), torch.empty(0)).device
+    if images.tensor is None:
+        yield from loading.file_batches(images, loading.preprocessing(model), batch_size, device)
+        return
+    preprocess = preprocess_for(model)
     for start in range(0, len(images), batch_size):
-        stop = min(start + batch_size, len(images))
-        if images.tensor is not None:  # one vectorised step instead of a Python loop over images
-            yield preprocess(images.tensor[start:stop]).to(device)
-        else:
-            yield torch.stack([preprocess(images.get(i)) for i in range(start, stop)]).to(device)
+        yield preprocess(images.tensor[start:start + batch_size]).to(device)

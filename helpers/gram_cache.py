@@ -17,7 +17,7 @@ A set of Grams is reused only when everything it depends on is the same as when 
     and the hooks registered on them;
   - the layers as resolved (module names, output or input) and the token policy;
   - the very same ImageSet object (for one held as a tensor, that tensor unchanged) and the batch size;
-  - the device, and bfloat16 autocast on or off.
+  - the device, and the autocast type of the forward passes (none, float16 or bfloat16).
 The Grams are kept on the CPU, MAX_BYTES in all at most (the least recently used are dropped first); a
 set too big to fit alone is never kept. clear() empties the cache. Results are the same with or without
 it (tests/test_gram_cache.py compares them bit for bit).
@@ -32,6 +32,7 @@ from collections import OrderedDict
 
 import torch
 
+from helpers.autocast import forward_context
 from helpers.data import ImageSet, batches
 
 MAX_BYTES = 512 * 2**20  # 512 MiB: about 20 sets of a ViT's 13 layers on 2,048 images in batches of 256
@@ -98,13 +99,16 @@ class BatchGrams:
     Create it BEFORE entering the capture: the fingerprint must not see the capture's own hooks.
     Iterating runs one forward pass per batch (Grams on the model's device) unless the same Grams are
     kept; computed ones are kept when the last batch is done, if they fit in MAX_BYTES.
+    amp: the dtype the forward passes run in under torch.autocast (helpers.autocast.forward_dtype),
+    or None for float32.
     """
 
-    def __init__(self, model, images: ImageSet, capture, batch_size: int, amp: bool = False):
+    def __init__(self, model, images: ImageSet, capture, batch_size: int, amp=None):
         self.model, self.images, self.capture, self.batch_size = model, images, capture, batch_size
         self.device = next(model.parameters(), torch.empty(0)).device
         taps = tuple((t.label, t.module, t.where) for t in capture.taps)
-        self.key = (model_fingerprint(model), taps, capture.policy, _images_token(images), batch_size, bool(amp),
+        self.amp = None if amp is False else amp  # False: an older caller's "off"
+        self.key = (model_fingerprint(model), taps, capture.policy, _images_token(images), batch_size, str(self.amp),
                     str(self.device))
         self.n_batches = len(images) // batch_size + (len(images) % batch_size >= MIN_BATCH)
         entry = _CACHE.get(self.key) if MAX_BYTES > 0 else None
@@ -124,7 +128,9 @@ class BatchGrams:
         computed = []
         stream = batches(self.images, self.model, self.batch_size)
         for _ in range(self.n_batches):
-            self.model(next(stream))
+            x = next(stream)
+            with forward_context(self.amp):
+                self.model(x)
             grams = torch.stack(list(self.capture.take().values()))
             computed.append(grams.cpu())
             if len(computed) == self.n_batches:  # before the last yield: a consumer may stop after it

@@ -5,10 +5,13 @@ nbval's notebook kernels inherit this environment.
 """
 
 import os
+import tempfile
 
 os.environ["COURSE_TRACK"] = "lite"
 os.environ.setdefault("COURSE_DEVICE", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never wait on the network in tests
+# decoded images of the tests' temporary folders go to a temporary cache, not the repository's outputs/
+os.environ.setdefault("COURSE_IMAGE_CACHE_DIR", tempfile.mkdtemp(prefix="course_image_cache_"))
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # two test workers share the machine's cores: one torch thread each (and in each notebook kernel, which
     # inherits this), since two workers of several threads each oversubscribe the cores and run slower
