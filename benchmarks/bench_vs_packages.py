@@ -9,6 +9,7 @@ the CKA stage's share of our total time, and our peak memory for 512 vs 4,096 im
 
     pip install -e ".[benchmark]"        # installs torch-cka and pytorch-cka
     python benchmarks/bench_vs_packages.py [--images 2048] [--threads 2] [--layers blocks|sublayers]
+    python benchmarks/bench_vs_packages.py --layers sublayers --repeats 3 --markdown   # README's row (~3 min)
 
 The CKA stage of each method is its total time minus the forward passes alone (same models,
 same batches); the ratio of CKA stages is the number that compares the CKA code itself.
@@ -18,11 +19,13 @@ Uses the bundled checkpoints when present, else untrained models (timings are th
 
 import argparse
 import resource
+import sys
 import time
 
 import numpy as np
 import torch
 from fresh_process import run_in_fresh_process
+from machine import describe
 
 BATCH = 256
 LAYER_SETS = {
@@ -187,34 +190,60 @@ def main():
     parser.add_argument("--layers", choices=list(LAYER_SETS), default="blocks")
     parser.add_argument("--repeats", type=int, default=1, help="run each method this many times; the fastest counts")
     parser.add_argument("--skip", nargs="*", default=[], choices=["torch-cka", "pytorch-cka"], help="peers to leave out")
+    parser.add_argument("--markdown", action="store_true", help="also print a table row for README's Speed section")
     args = parser.parse_args()
     vit_layers, resnet_layers = LAYER_SETS[args.layers]
     print(f"lite ViT x lite ResNet, {len(vit_layers)} x {len(resnet_layers)} layers ({args.layers}), "
           f"{args.images} images, batches of {BATCH}, {args.threads} threads, best of {args.repeats}\n")
-    results = {}
-    for name in [m for m in METHODS if m not in args.skip]:
-        runs = [run_in_fresh_process(worker, name, args.images, args.threads, args.layers) for _ in range(args.repeats)]
-        results[name] = min(runs, key=lambda r: r[0])
+    names = [m for m in METHODS if m not in args.skip]
+    runs = {name: [] for name in names}
+    for _ in range(args.repeats):  # methods in turn, so that a busy moment does not hit one method only
+        for name in names:
+            runs[name].append(run_in_fresh_process(worker, name, args.images, args.threads, args.layers))
+    results = {name: min(runs[name], key=lambda r: r[0]) for name in names}
     ours_seconds, _, ours_values, _ = results["ours"]
     forward = results["forward only"][0]
     reference = float64_reference(args.images, args.layers)
+    stages, errors = {}, {}
     for name, (seconds, peak, values, error) in results.items():
         line = f"{name:13s} {seconds:7.2f} s  peak memory +{peak:7.1f} MB"
         if error:
             line += f"  FAILED: {error[:120]}"
         elif values is not None:
-            stage = max(1e-9, seconds - forward)
+            stages[name] = stage = max(1e-9, seconds - forward)
+            errors[name] = np.abs(values - reference).max()
             line += f"  CKA stage {stage:5.2f} s"
             if name != "ours":
                 line += (f" = {stage / max(1e-9, ours_seconds - forward):5.2f}x ours;  max |CKA - ours| = "
                          f"{np.abs(values - ours_values).max():.2e}")
-            line += f";  max |CKA - float64 reference| = {np.abs(values - reference).max():.1e}"
+            line += f";  max |CKA - float64 reference| = {errors[name]:.1e}"
         print(line)
     print(f"\nCKA stage share of our total time: {max(0.0, ours_seconds - forward) / ours_seconds:.0%} "
           f"(forward passes alone: {forward:.2f} s)")
     small, large = run_in_fresh_process(memory_worker, (512, 4096), args.threads, args.layers)
     print(f"our peak memory during the CKA run (after a warm-up run): +{small:.1f} MB for 512 images, "
           f"+{large:.1f} MB for 4,096 images")
+    if args.markdown:
+        print(f"\n{describe(args.threads)}, `python benchmarks/bench_vs_packages.py {' '.join(sys.argv[1:])}`:\n")
+        print(markdown_row(args, forward, stages, errors, (small, large)))
+
+
+def markdown_row(args, forward, stages, errors, memory) -> str:
+    """One row of README's table: layers, forward passes, each method's CKA stage (peers: ratio to ours), errors."""
+    vit_layers, resnet_layers = LAYER_SETS[args.layers]
+    what = {"blocks": "ViT blocks x ResNet blocks", "sublayers": "ViT sublayers x ResNet layers"}[args.layers]
+    cells = [f"{len(vit_layers)} x {len(resnet_layers)}: {what} (`--layers {args.layers}`)", f"{forward:.2f} s",
+             f"**{stages['ours']:.2f} s**" if "ours" in stages else "failed"]
+    for peer in ("pytorch-cka", "torch-cka"):
+        cells.append(f"{stages[peer]:.2f} s ({stages[peer] / stages['ours']:.2f}x)" if peer in stages and "ours" in stages
+                     else "not run" if peer in args.skip else "failed")
+    peers = ", ".join(f"{errors[p]:.1e}" for p in ("pytorch-cka", "torch-cka") if p in errors)
+    cells.append(f"{errors.get('ours', float('nan')):.1e} / {peers or '-'}")
+    cells.append(f"+{memory[0]:.0f} / +{memory[1]:.0f} MB")
+    header = ("| layers | forward passes | CKA stage: `cka_matrix` | pytorch-cka (x ours) | torch-cka (x ours) "
+              "| error vs float64: ours / pytorch-cka, torch-cka | our peak memory, 512 / 4,096 images |\n"
+              "|---|---|---|---|---|---|---|")
+    return header + "\n| " + " | ".join(cells) + " |"
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ the stacked U-centred Grams of A and B, so Cauchy-Schwarz bounds it by 1 (it can
 
 Per batch, each layer's Gram is formed once and U-centered (in float64); stacking them as rows
 of G (one row per layer, m*m columns) gives every pair's sum in one matrix product G_a @ G_b^T,
-in float64, the same arithmetic as the self terms. Only these sums are kept, never the
+in float64, the same arithmetic as the self terms (formed a block of Gram rows at a time, so that
+the float64 numbers never leave the processor's cache: hsic_sums). Only these sums are kept, never the
 activations, so memory does not grow with the number of images, and two accumulators that saw
 different images can be merged exactly (or summed across processes/GPUs).
 
@@ -143,9 +144,10 @@ def check_finite(self_terms: torch.Tensor, names, which: str = "") -> None:
                          "Check the model and its inputs (e.g. a mixed-precision overflow).")
 
 
-# Relative size below which centered features count as constant: 8 float32 epsilons (9.5e-7), about
-# 4 times the residue that centering identical float32 rows leaves (measured: 2.3-2.8e-7). Not larger:
-# features varying by +-1 on an offset of 1e6 (16 float32 steps) are real variation and must be kept.
+# Relative size below which a feature's half range counts as rounding residue (the feature as constant):
+# 8 float32 epsilons (9.5e-7), about 4 times the residue that centering identical float32 rows leaves
+# (measured: 2.3-2.8e-7; half the range is never more than that). Not larger: features varying by +-1 on
+# an offset of 1e6 (16 float32 steps) are real variation and must be kept.
 CONSTANT_TOLERANCE = 8 * torch.finfo(torch.float32).eps
 
 
@@ -155,24 +157,79 @@ def centered_gram(X: torch.Tensor) -> torch.Tensor:
     Centering first is what keeps float32 exact enough: HSIC_1 ignores a shared offset in
     exact arithmetic, but with a large offset (say mean 50) the Gram's entries are huge and
     the U-centering cancels away every significant digit. The mean need not be exact: the
-    U-centering that follows (in float64) removes any offset that is left, so the float32
-    mean (about 1e-7 of the offset off) is enough, and 15 times cheaper than a float64 one.
+    U-centering that follows (in float64) removes any offset that is left, so the float32 mean
+    is enough. (Its rounding, a few float32 steps of the offset, is far below the variation of any
+    feature that float32 can still resolve: features near 1e6 varying by +-1 keep an offset of
+    0.04 of that variation on average, 0.2 at most (measured over 256 images), which costs the Gram
+    no significant digit.)
 
     Features that are the same for every example (a ViT's CLS token before attention has touched
-    it) keep only rounding residue after centering, about 1e-7 of their size, and that residue would
-    pass for a tiny real variance and give CKA values that mean nothing. So each feature (column)
-    whose centered values are all below CONSTANT_TOLERANCE of its own largest value is set to exactly
-    zero: a layer of such features gets a zero Gram, and the accumulator reports it as having zero
-    variance, while a constant feature beside varying ones cannot hide them. (No host sync: no `if`.)
+    it) keep only rounding residue, about 1e-7 of their size, and that residue would pass for a
+    tiny real variance and give CKA values that mean nothing. So each feature (column) whose
+    values all lie within CONSTANT_TOLERANCE of its own largest value of one number (half its
+    range) is set to exactly zero: a layer of such features gets a zero Gram, and the accumulator
+    reports it as having zero variance, while a constant feature beside varying ones cannot hide
+    them. (No host sync: no `if`.)
+
+    Cost: two column reductions, one pass that centers and masks, and the product (symmetric_gram,
+    about 0.65 of a full X X^T); measured by benchmarks/bench_accumulator.py.
     """
-    # Subtract one example's row first: float32 differences of nearby values are exact, so a huge offset
-    # (features near 1e6, where float32 steps are 0.06) is gone before the mean is formed; the float32
-    # mean of the raw values would be off by more than the features vary.
-    scale = X.abs().amax(0)  # (p,) each feature's size, against which rounding residue is judged
-    X = X - X[:1]
-    Xc = X - X.mean(0)
-    varies = Xc.abs().amax(0) > CONSTANT_TOLERANCE * scale  # (p,)
-    return (Xc * varies.to(Xc.dtype)) @ Xc.T
+    high, low = X.amax(0), X.amin(0)  # (p,) each; one read of X each
+    scale = torch.maximum(high.abs(), low.abs())  # each feature's size, against which rounding residue is judged
+    varies = (high - low) > 2 * CONSTANT_TOLERANCE * scale  # (p,)
+    keep = varies.to(X.dtype)
+    centered = torch.addcmul(-X.mean(0) * keep, X, keep)  # (X - mean) * keep in one pass
+    return symmetric_gram(centered)
+
+
+# Rows per block of symmetric_gram. With m = 256, 4 blocks: 10 of the 16 block products, measured at
+# 0.62-0.69 of a full X @ X.T on one thread for 768 to 8,192 features (64-row blocks keep BLAS efficient).
+GRAM_BLOCK = 64
+
+
+def symmetric_gram(X: torch.Tensor) -> torch.Tensor:
+    """(m, p) -> (m, m) X X^T, forming only the row blocks on and above the diagonal (a blocked SYRK).
+
+    A Gram is symmetric, but X @ X.T computes both triangles. Here each block of GRAM_BLOCK rows is
+    multiplied by the rows from itself on, into the upper part of the result, and the lower part is
+    copied from it. For m <= GRAM_BLOCK it is one product, and
+    off the CPU too: the blocks were measured on CPUs only, and on a GPU the Grams are a small share.
+    """
+    m = X.shape[0]
+    if m <= GRAM_BLOCK or X.device.type != "cpu" or (X.requires_grad and torch.is_grad_enabled()):
+        return X @ X.T  # (out= below records no gradients)
+    G = X.new_empty(m, m)
+    for s in range(0, m, GRAM_BLOCK):
+        e = s + GRAM_BLOCK
+        torch.mm(X[s:e], X[s:].T, out=G[s:e, s:])
+        G[s:e, :s] = G[:s, s:e].T
+    return G
+
+
+def u_center_means(grams: torch.Tensor) -> torch.Tensor:
+    """(L, m, m) symmetric Grams -> (L, m) float64: what U-centering subtracts from each row and column.
+
+    U(K)_ij = K_ij - mu_i - mu_j off the diagonal, 0 on it, with mu_i = S_i / (m - 2) - S / (2 (m-1)(m-2)),
+    S_i the row sums of K without its diagonal and S their total. The sums are formed in the Grams'
+    own precision: a rounding error in mu adds delta_i + delta_j to the entries of U(K), and that
+    pattern is orthogonal to every U-centred matrix (their rows sum to zero), so it changes no HSIC
+    but at second order. (A float64 copy of every Gram just for these sums would cost more than the
+    whole U-centering.)
+    """
+    m = grams.shape[-1]
+    sums = (grams.sum(1) - grams.diagonal(dim1=1, dim2=2)).to(torch.float64)  # (L, m): symmetric, so row sums
+    means = sums / (m - 2)
+    return means - means.sum(1, keepdim=True) / (2 * (m - 1))
+
+
+def u_center_rows(grams: torch.Tensor, means: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+    """Rows start:stop of every U-centered Gram, in float64: (L, m, m) Grams, (L, m) u_center_means
+    -> (L, (stop - start) * m). Row l dotted with row l' of another, summed over all row ranges, is <U(K), U(L)>."""
+    L, m, _ = grams.shape
+    U = grams[:, start:stop] - means[:, start:stop, None]  # float64: the Grams are promoted exactly
+    U -= means[:, None, :]
+    U.diagonal(offset=start, dim1=1, dim2=2).zero_()  # entries (i, i) of these rows
+    return U.reshape(L, (stop - start) * m)
 
 
 def u_center_stack(grams: torch.Tensor) -> torch.Tensor:
@@ -180,17 +237,44 @@ def u_center_stack(grams: torch.Tensor) -> torch.Tensor:
 
     Row l of the result dotted with row l' of another, divided by m(m-3), is HSIC_1.
     Done in float64: it costs O(L m^2), nothing next to forming the Grams, and keeps the
-    pair products below exact to float64 rounding on every machine.
+    pair products below exact to float64 rounding on every machine. (MinibatchCKA forms the
+    same rows a few at a time: see u_center_rows.)
     """
-    L, m, _ = grams.shape
-    G = grams.to(torch.float64, copy=True)
-    G.diagonal(dim1=1, dim2=2).zero_()
-    means = G.sum(1) / (m - 2)  # (L, m)
-    means = means - means.sum(1, keepdim=True) / (2 * (m - 1))
-    G -= means[:, :, None]
-    G -= means[:, None, :]
-    G.diagonal(dim1=1, dim2=2).zero_()
-    return G.reshape(L, m * m)
+    return u_center_rows(grams, u_center_means(grams), 0, grams.shape[-1])
+
+
+# Float64 numbers per block of U-centred rows in MinibatchCKA.update_grams: 1 MiB, so that each block is
+# formed, multiplied and dropped while it is still in the processor's cache. The whole (L, m*m) float64
+# stack (35 MiB for 68 layers at m = 256) cost more in fresh memory alone than the products.
+U_BLOCK_NUMBERS = 2**17
+
+
+def hsic_sums(grams_a: torch.Tensor, grams_b: torch.Tensor | None = None):
+    """One batch's sums for every pair: (La, m, m) Grams of A, (Lb, m, m) of B (None: A with itself)
+    -> cross (La, Lb), self_a (La,), self_b (Lb,), float64, with cross[i, j] = <U(K_i), U(L_j)> = m(m-3) HSIC_1.
+
+    All pairs come from one matrix product per block of U-centred rows (u_center_rows), in float64,
+    the same arithmetic for cross and self terms; A with itself takes its self terms from the diagonal.
+    """
+    La, m, _ = grams_a.shape
+    within = grams_b is None
+    means_a = u_center_means(grams_a)
+    means_b = means_a if within else u_center_means(grams_b)
+    Lb = La if within else grams_b.shape[0]
+    cross = torch.zeros(La, Lb, dtype=torch.float64, device=grams_a.device)
+    self_a = torch.zeros(La, dtype=torch.float64, device=grams_a.device)
+    self_b = torch.zeros(Lb, dtype=torch.float64, device=grams_a.device)
+    step = max(1, U_BLOCK_NUMBERS // ((La + (0 if within else Lb)) * m))  # rows per block
+    for start in range(0, m, step):
+        U_a = u_center_rows(grams_a, means_a, start, min(m, start + step))
+        U_b = U_a if within else u_center_rows(grams_b, means_b, start, min(m, start + step))
+        cross += U_a @ U_b.T
+        if not within:
+            self_a += (U_a * U_a).sum(1)
+            self_b += (U_b * U_b).sum(1)
+    if within:  # the same numbers as the cross terms, so the diagonal of the CKA matrix is exactly 1
+        self_a = self_b = cross.diagonal().clone()
+    return cross, self_a, self_b
 
 
 # --------------------------------------------------------------------------- the accumulator
@@ -266,26 +350,17 @@ class MinibatchCKA:
             raise ValueError(f"A batch of {m} examples is too small: unbiased HSIC needs at least 4 per batch (use 64 or more for a useful estimate).")
         if grams_a.shape[0] != len(self.names_a):
             raise ValueError(f"Got {grams_a.shape[0]} Grams for model A's {len(self.names_a)} layers.")
-        G_a = u_center_stack(grams_a)
-        if self.within:
-            if grams_b is not None:
-                raise ValueError("This accumulator compares model A with itself (names_b=None); do not pass features_b.")
-            G_b = G_a
-        else:
+        if not self.within:
             if grams_b is None:
                 raise ValueError("This accumulator compares two models: pass features_b for the same images.")
             if grams_b.shape[-1] != m:
                 raise ValueError(f"Model A saw {m} examples in this batch, model B {grams_b.shape[-1]}. Feed both the same images.")
             if grams_b.shape[0] != len(self.names_b):
                 raise ValueError(f"Got {grams_b.shape[0]} Grams for model B's {len(self.names_b)} layers.")
-            G_b = u_center_stack(grams_b.to(G_a.device))
-        # <U(K), U(L)> summed over batches: each batch's HSIC_1 weighted by m(m-3) (module docstring)
-        cross = G_a @ G_b.T                                       # every pair in one product
-        if self.within:
-            self_a = self_b = cross.diagonal().clone()  # the same numbers, so the diagonal is exactly 1
-        else:
-            self_a = (G_a * G_a).sum(1)
-            self_b = (G_b * G_b).sum(1)
+            grams_b = grams_b.to(grams_a.device)
+        elif grams_b is not None:
+            raise ValueError("This accumulator compares model A with itself (names_b=None); do not pass features_b.")
+        cross, self_a, self_b = hsic_sums(grams_a, None if self.within else grams_b)
         check_finite(self_a, self.names_a, "" if self.within else "Model A: ")
         if not self.within:
             check_finite(self_b, self.names_b, "Model B: ")

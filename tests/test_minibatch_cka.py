@@ -9,6 +9,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from helpers import cka as C
+from helpers import minibatch_cka as MB
 from helpers.minibatch_cka import CKAMatrix, MinibatchCKA
 
 
@@ -140,6 +141,40 @@ def test_float32_with_a_huge_offset_matches_float64_arithmetic_on_the_same_value
     reference = C.linear_cka(X.double(), Y.double(), debiased=False)  # full batch, float64, same values
     r64 = run(MinibatchCKA(["x"], ["y"]), {"x": X.double()}, {"y": Y.double()}, batch=128).values[0, 0]
     assert abs(r32 - r64) < 1e-6 and r32 > 0.8 and reference > 0.8
+
+
+def test_the_blocked_gram_is_the_full_product():
+    """symmetric_gram forms only the row blocks on and above the diagonal and copies the rest: sizes
+    below, at, just above and between multiples of its block."""
+    g = torch.Generator().manual_seed(3)
+    for m in (5, MB.GRAM_BLOCK, MB.GRAM_BLOCK + 1, 200, 4 * MB.GRAM_BLOCK):
+        X = torch.randn(m, 37, generator=g, dtype=torch.float64)
+        torch.testing.assert_close(MB.symmetric_gram(X), X @ X.T, rtol=1e-12, atol=1e-12)
+
+
+def test_pair_sums_block_by_block_equal_the_unbiased_hsic(monkeypatch):
+    """hsic_sums U-centres a few Gram rows at a time; with one row per block its sums must still be
+    m(m-3) HSIC_1 of helpers.cka for every pair, cross and self terms alike."""
+    g = torch.Generator().manual_seed(4)
+    m = 130
+    A = [torch.randn(m, w, generator=g, dtype=torch.float64) for w in (3, 20, 50)]
+    B = [torch.tanh(A[1] @ torch.randn(20, 9, generator=g, dtype=torch.float64)), torch.randn(m, 4, generator=g, dtype=torch.float64)]
+    grams_a = torch.stack([MB.centered_gram(x) for x in A])
+    grams_b = torch.stack([MB.centered_gram(y) for y in B])
+    monkeypatch.setattr(MB, "U_BLOCK_NUMBERS", 1)  # one Gram row per block
+    cross, self_a, self_b = MB.hsic_sums(grams_a, grams_b)
+    within, diagonal, _ = MB.hsic_sums(grams_a)
+    scale = m * (m - 3)
+    for i, x in enumerate(A):
+        K = C.gram_linear(x)
+        assert self_a[i] == pytest.approx(scale * C.hsic_unbiased(K, K), rel=1e-10)
+        assert diagonal[i] == pytest.approx(scale * C.hsic_unbiased(K, K), rel=1e-10)
+        for j, y in enumerate(B):
+            assert cross[i, j] == pytest.approx(scale * C.hsic_unbiased(K, C.gram_linear(y)), rel=1e-10, abs=1e-10 * scale)
+        for j, z in enumerate(A):
+            assert within[i, j] == pytest.approx(scale * C.hsic_unbiased(K, C.gram_linear(z)), rel=1e-10, abs=1e-10 * scale)
+    for j, y in enumerate(B):
+        assert self_b[j] == pytest.approx(scale * C.hsic_unbiased(C.gram_linear(y), C.gram_linear(y)), rel=1e-10)
 
 
 def test_self_similarity_is_exactly_one():
