@@ -350,8 +350,8 @@ def high_norm_flags(audit: dict, names: dict, layers: dict) -> list:
             mine = [row for row in rows if row[0] == name and row[1] == r]
             if not mine:
                 continue
-            hits = [f"{row[2]} {'with the labels' if row[3] == 'labels' else 'with ' + row[4]} {row[5]:.2f} -> "
-                    f"{row[6]:.2f} (noise {row[7]:.3f})" for row in mine if row[-1]]
+            hits = [f"{row[2]} {'with the labels' if row[3] == 'labels' else 'with ' + row[4]} {row[5]:.3f} -> "
+                    f"{row[6]:.3f} (noise {row[7]:.3f})" for row in mine if row[-1]]
             head = (f"Highest-norm audit of {name} ({READING_WORDS[r]}; each layer's {k} highest-norm images dropped, "
                     f"{len(mine)} values)")
             out.append(f"{head}: FLAG, these move by more than their noise: {'; '.join(hits)}." if hits else

@@ -254,8 +254,9 @@ def conclusion(by_reading: dict) -> str:
 
 
 def sentences(measured: dict, cka_judgements: dict, A: str, B: str) -> list:
-    """One sentence per judged conclusion: 'agrees across measures (CKA: holds; Procrustes: holds)' or
-    'depends on the measure (...)'."""
+    """One sentence per judged conclusion: 'agrees across measures (CKA: holds; Procrustes: holds)', the same with
+    ', and no measure supports it' when every measure finds the readings disagree or the effect not shown, or
+    'DEPENDS ON THE MEASURE (...)'."""
     keys = keys_of(measured)
     if not keys:
         return [measured["note"]] if "note" in measured else []
@@ -265,8 +266,12 @@ def sentences(measured: dict, cka_judgements: dict, A: str, B: str) -> list:
         words.update({KEYS[k]: conclusion(measured[k]["judgements"][claim]) for k in keys})
         listed = "; ".join(f"{m}: {w}" for m, w in words.items())
         what = CLAIM_WORDS[claim].replace(" B ", f" {B} ").replace(" A ", f" {A} ")
-        verdict = "agrees across measures" if len(set(words.values())) == 1 else "DEPENDS ON THE MEASURE"
-        out.append(f"Whether {what}: {verdict} ({listed}; the other measures on the first {measured['n_images']} images).")
+        same = len(set(words.values())) == 1
+        holds = next(iter(words.values())).startswith("holds")
+        verdict = ("agrees across measures" + ("" if holds else ", and no measure supports it")) if same \
+            else "DEPENDS ON THE MEASURE"
+        out.append(f"{what[0].upper()}{what[1:]}: {verdict} ({listed}; the other measures on the first "
+                   f"{measured['n_images']} images).")
     return out
 
 
