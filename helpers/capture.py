@@ -8,8 +8,10 @@ Layers can be given as
   - a preset: "blocks" (one representation per block) or "sublayers" (the paper's choice: per ViT
     block norm1, attention output, residual stream after attention, norm2, MLP hidden activation,
     block output; per Mixer block the same without the transposed token-mixing output; per CNN
-    the stem and every residual block), for timm ViTs, MLP-Mixers, ResNets, ResNetV2 (BiT) and
-    EfficientNets;
+    the stem and every residual block), for timm ViTs, MLP-Mixers, ResNets, ResNetV2 (BiT),
+    EfficientNets (every MBConv block; conv_head, the 1x1 widening before the pooled features, is left
+    out: name it to add it), ConvNeXts (stages.S.blocks.J) and Swins (layers.S.blocks.J, each stage's
+    patch merging inside its first block's input; the stem is patch_embed);
   - exact module names ("blocks.3.attn"), with ":input" to record a module's input instead of its
     output ("blocks.3.norm2:input" is the residual stream after attention);
   - glob patterns ("layer*.?", "blocks.*.mlp.act").
@@ -96,6 +98,10 @@ def _cnn_taps(model, preset):
     elif "conv_stem" in names and "blocks" in names:  # EfficientNet: blocks.{s}.{j}
         stem = Tap("stem", "bn1")
         blocks = [Tap(n, n) for n in names if fnmatch.fnmatch(n, "blocks.*.*") and n.count(".") == 2]
+    elif "patch_embed" in names and "layers.0.blocks.0" in names:  # Swin: layers.{s}.blocks.{j}, channels-last maps
+        stem = Tap("stem", "patch_embed")
+        blocks = [Tap(f"s{n.split('.')[1]}.b{n.split('.')[3]}", n) for n in names
+                  if fnmatch.fnmatch(n, "layers.*.blocks.*") and n.count(".") == 3]
     else:
         return None
     return blocks if preset == "blocks" else [stem] + blocks
@@ -176,7 +182,8 @@ def _resolve_names(model, layers) -> list:
         else:
             taps = _cnn_taps(model, layers)
         if taps is None:
-            raise ValueError(f"No '{layers}' preset for {type(model).__name__}: give module names or glob patterns "
+            raise ValueError(f"No '{layers}' preset for {type(model).__name__}: presets exist for timm's ViT, MLP-Mixer, "
+                             "ResNet, ResNetV2, EfficientNet, ConvNeXt and Swin. Give module names or glob patterns "
                              f"instead, e.g. {names[:3]} (see [n for n, _ in model.named_modules()]).")
         return taps
     if isinstance(layers, str):

@@ -79,6 +79,25 @@ def test_presets_exist_for_the_papers_model_families():
     assert [t.label for t in resolve(zoo.build("lite-resnet"), "sublayers")][:2] == ["stem", "layer1.0"]
 
 
+def test_convnext_and_swin_presets_take_every_block_in_its_own_layout():
+    """ConvNeXt: stages.S.blocks.J, channels-first block outputs. Swin: layers.S.blocks.J, channels-last, so 'mean'
+    pools over H and W and gives one C-vector per image (reading (B, H, W, C) as (B, C, H, W) would give W values)."""
+    convnext = timm.create_model("convnext_atto").eval()
+    taps = resolve(convnext, "blocks")
+    assert [t.module for t in taps] == [f"stages.{s}.blocks.{j}" for s in range(4) for j in range(len(convnext.stages[s].blocks))]
+    assert {t.layout for t in taps} == {"NCHW"}
+    swin = timm.create_model("swin_tiny_patch4_window7_224", img_size=64, window_size=2).eval()
+    taps = resolve(swin, "sublayers")
+    assert taps[0].module == "patch_embed" and {t.layout for t in taps} == {"NHWC"}
+    assert [t.module for t in taps[1:]] == [f"layers.{s}.blocks.{j}" for s in range(4) for j in range(len(swin.layers[s].blocks))]
+    with torch.no_grad(), Capture(swin, "blocks", policy="mean") as rec:
+        swin(torch.randn(2, 3, 64, 64))
+        features = rec.take()
+    assert features["s3.b1"].shape == (2, swin.num_features)
+    with pytest.raises(ValueError, match="presets exist for timm's ViT, MLP-Mixer, ResNet, ResNetV2, EfficientNet, ConvNeXt and Swin"):
+        resolve(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3)), "blocks")
+
+
 def test_capture_errors(vit):
     x = torch.randn(2, 3, 32, 32)
     with pytest.raises(ValueError, match="Did you mean: blocks.1.attn"):

@@ -100,8 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "(the first block of a stage changes resolution or width and has no skip), leaving out "
                             "conv_stem and conv_head (the 1x1 convolution that widens to the features the classifier pools, 1280 channels in EfficientNet-B0: "
                             "add it by name, e.g. 'blocks.4.1,conv_head'); ConvNeXt "
-                            "and ResNetV2 stages.S.blocks.J. Other architectures (Swin among them) have no preset: the "
-                            "error lists module names to give instead")
+                            "and ResNetV2 stages.S.blocks.J; Swin layers.S.blocks.J (maps kept channels-last, read "
+                            "in their own layout). Other architectures have no preset: the error lists the families "
+                            "that have one and module names to give instead")
         p.add_argument(f"--policy-{w}", default=d.policy_a, choices=["all", "cls", "spatial", "mean"],
                        help=f"token policy of model {w.upper()}: 'all' tokens (or positions) flattened, 'cls' the class "
                             "token only, 'spatial' patch tokens only, 'mean' the average over tokens or positions")
