@@ -222,13 +222,56 @@ def similarities(X, Y, k: int = 10) -> dict:
 # --------------------------------------------------------------------------- many layers at once, from Grams
 
 
+def procrustes_factor(K: np.ndarray) -> np.ndarray:
+    """(n, n) float64 Gram X Xᵀ -> F (n, r): F Fᵀ is the centred Gram scaled to trace 1, kept to its r non-zero
+    directions. The nuclear norm of F_xᵀ F_y is ||X̃ᵀỸ||_* (procrustes_of_factors), and r <= p keeps it cheap for
+    pooled features. torch's eigh, so that torch's thread setting holds (numpy's BLAS threads fight over busy cores)."""
+    from helpers.cka import center_gram
+
+    centred = np.asarray(center_gram(K))
+    trace = np.trace(centred)
+    if trace <= 0:
+        raise ValueError("the representation is the same for every example (zero variance after centering): "
+                         "Procrustes is undefined. Check the layer, or leave it out.")
+    values, vectors = torch.linalg.eigh(torch.from_numpy(centred / trace))
+    keep = values > 1e-12 * values[-1]  # rounding noise, not directions of the data
+    return (vectors[:, keep] * values[keep].sqrt()).numpy()
+
+
+def procrustes_of_factors(F_x: np.ndarray, F_y: np.ndarray) -> float:
+    """||X̃ᵀỸ||_* from two procrustes_factor outputs of the same examples: (n, r_x), (n, r_y) -> [0, 1]."""
+    value = float(torch.linalg.svdvals(torch.from_numpy(F_x.T @ F_y)).sum())
+    return min(value, 1.0)  # rounding can leave it a hair above 1
+
+
+def rsa_vector(K: np.ndarray) -> np.ndarray:
+    """(n, n) Gram -> the centred, unit-length ranks of the Euclidean distances between examples (upper triangle):
+    the dot product of two of them is RSA's Spearman correlation."""
+    n, diagonal = len(K), np.diag(K)
+    upper = np.triu_indices(n, k=1)
+    r = ranks(np.sqrt(np.clip(diagonal[:, None] + diagonal[None, :] - 2 * K, 0, None))[upper])
+    r = r - r.mean()
+    return r / np.linalg.norm(r)
+
+
+def knn_matrix(K: np.ndarray, k: int) -> np.ndarray:
+    """(n, n) Gram -> (n, n) bool: row i marks example i's k nearest neighbours by cosine (itself excluded)."""
+    n, diagonal = len(K), np.diag(K)
+    if (diagonal <= 0).any():
+        raise ValueError(f"{int((diagonal <= 0).sum())} example(s) are the zero vector: cosine neighbours are undefined. "
+                         "Check the layer, or use a measure without neighbours.")
+    cosine = K / np.sqrt(diagonal[:, None] * diagonal[None, :])
+    np.fill_diagonal(cosine, -np.inf)  # an example is not its own neighbour
+    neighbours = np.zeros((n, n), dtype=bool)
+    np.put_along_axis(neighbours, np.argsort(-cosine, axis=1, kind="stable")[:, :k], True, axis=1)
+    return neighbours
+
+
 def prepare_gram(K, k: int = 10) -> dict:
     """Each measure's ingredients from one representation's (n, n) Gram matrix K = X Xᵀ (uncentred).
 
-    'cka': the U-centred Gram (unbiased HSIC, as the course's CKA); 'procrustes': the square root of
-    the centred Gram scaled to trace 1 (its product with another's has the nuclear norm ||X̃ᵀỸ||_*);
-    'rsa': the centred, unit-length ranks of the Euclidean distances (upper triangle); 'knn': the
-    (n, n) 0/1 matrix of each example's k cosine neighbours.
+    'cka': the U-centred Gram (unbiased HSIC, as the course's CKA); 'procrustes': procrustes_factor(K);
+    'rsa': rsa_vector(K); 'knn': knn_matrix(K, k).
     """
     from helpers.cka import center_gram
 
@@ -239,37 +282,18 @@ def prepare_gram(K, k: int = 10) -> dict:
         raise ValueError(f"K must be a square (n, n) Gram matrix, got shape {K.shape}. For features use X @ X.T.")
     if not np.isfinite(K).all():
         raise ValueError("K contains NaN or inf values. Check the features it was made from.")
-    n = len(K)
-    if n < k + 2:
-        raise ValueError(f"K has {n} examples; mutual k-NN with k = {k} needs at least {k + 2}. Use more examples or a smaller k.")
-    centred = np.asarray(center_gram(K))
-    trace = np.trace(centred)
-    if trace <= 0:
-        raise ValueError("the representation is the same for every example (zero variance after centering).")
-    values, vectors = np.linalg.eigh(centred / trace)
-    root = (vectors * np.sqrt(np.clip(values, 0, None))) @ vectors.T
-    diagonal = np.diag(K)
-    upper = np.triu_indices(n, k=1)
-    distances = np.sqrt(np.clip(diagonal[:, None] + diagonal[None, :] - 2 * K, 0, None))[upper]
-    r = ranks(distances)
-    r = r - r.mean()
-    if (diagonal <= 0).any():
-        raise ValueError(f"{int((diagonal <= 0).sum())} example(s) are the zero vector: cosine neighbours are undefined.")
-    cosine = K / np.sqrt(diagonal[:, None] * diagonal[None, :])
-    np.fill_diagonal(cosine, -np.inf)
-    neighbours = np.zeros((n, n), dtype=bool)
-    np.put_along_axis(neighbours, np.argsort(-cosine, axis=1, kind="stable")[:, :k], True, axis=1)
+    if len(K) < k + 2:
+        raise ValueError(f"K has {len(K)} examples; mutual k-NN with k = {k} needs at least {k + 2}. Use more examples or a smaller k.")
     unbiased = np.asarray(center_gram(K, unbiased=True))
-    return {"cka": unbiased / np.linalg.norm(unbiased), "procrustes": root, "rsa": r / np.linalg.norm(r),
-            "knn": neighbours, "k": k}
+    return {"cka": unbiased / np.linalg.norm(unbiased), "procrustes": procrustes_factor(K), "rsa": rsa_vector(K),
+            "knn": knn_matrix(K, k), "k": k}
 
 
 def compare_prepared(a: dict, b: dict) -> dict:
     """The four similarities of two prepared representations of the same examples: {name in MEASURES: float}."""
     if a["knn"].shape != b["knn"].shape or a["k"] != b["k"]:
         raise ValueError("the two representations were prepared on different numbers of examples or with different k.")
-    nuclear = np.linalg.svd(a["procrustes"] @ b["procrustes"], compute_uv=False).sum()
-    return {"linear CKA": float((a["cka"] * b["cka"]).sum()), "Procrustes": float(min(nuclear, 1.0)),
+    return {"linear CKA": float((a["cka"] * b["cka"]).sum()), "Procrustes": procrustes_of_factors(a["procrustes"], b["procrustes"]),
             "RSA": float(a["rsa"] @ b["rsa"]), "mutual k-NN": float((a["knn"] & b["knn"]).sum() / (len(a["knn"]) * a["k"]))}
 
 

@@ -105,40 +105,16 @@ def label_gram(labels, classes) -> np.ndarray:
 
 
 def prepare(K: np.ndarray, key: str):
-    """What measure `key` needs of one representation, from its (n, n) float64 Gram K (the same numbers as
-    helpers.measures.prepare_gram, only the one measure's, with torch's linear algebra so that the report's thread
-    setting holds: numpy's BLAS threads fight over a busy machine's cores).
-
-    procrustes: F (n, r) with F Fᵀ the centred Gram scaled to trace 1 (its r non-zero directions); the nuclear norm
-        of F_xᵀ F_y (r_x, r_y) is ||X̃ᵀỸ||_*, cheap when a reading is pooled (r at most the width).
-    rsa: the centred, unit-length ranks of the Euclidean distances between images (upper triangle).
-    knn: the (n, n) 0/1 matrix of each image's K_NEIGHBOURS nearest neighbours by cosine.
-    """
-    from helpers.measures import ranks
+    """What measure `key` needs of one representation, from its (n, n) float64 Gram K: the same function
+    helpers.measures.prepare_gram uses for it (procrustes_factor, rsa_vector, knn_matrix), only the one asked for."""
+    from helpers import measures
 
     K = np.asarray(K, dtype=np.float64)
-    n = len(K)
-    diagonal = np.diag(K)
     if key == "procrustes":
-        centred = K - K.mean(0, keepdims=True) - K.mean(1, keepdims=True) + K.mean()
-        trace = np.trace(centred)
-        if trace <= 0:
-            raise ValueError("a representation is the same for every image (zero variance): Procrustes is undefined.")
-        values, vectors = torch.linalg.eigh(torch.from_numpy(centred / trace))
-        keep = values > 1e-12 * values[-1]
-        return vectors[:, keep] * values[keep].sqrt()
+        return measures.procrustes_factor(K)
     if key == "rsa":
-        upper = np.triu_indices(n, k=1)
-        r = ranks(np.sqrt(np.clip(diagonal[:, None] + diagonal[None, :] - 2 * K, 0, None))[upper])
-        r = r - r.mean()
-        return r / np.linalg.norm(r)
-    if (diagonal <= 0).any():
-        raise ValueError(f"{int((diagonal <= 0).sum())} image(s) give the zero vector: cosine neighbours are undefined.")
-    cosine = K / np.sqrt(diagonal[:, None] * diagonal[None, :])
-    np.fill_diagonal(cosine, -np.inf)  # an image is not its own neighbour
-    neighbours = np.zeros((n, n), dtype=bool)
-    np.put_along_axis(neighbours, np.argsort(-cosine, axis=1, kind="stable")[:, :K_NEIGHBOURS], True, axis=1)
-    return neighbours
+        return measures.rsa_vector(K)
+    return measures.knn_matrix(K, K_NEIGHBOURS)
 
 
 def prepare_labels(K: np.ndarray, key: str):
@@ -155,7 +131,9 @@ def prepare_labels(K: np.ndarray, key: str):
 def similarity(a, b, key: str) -> float:
     """The similarity of two prepared representations of the same images under measure `key` (1 = same)."""
     if key == "procrustes":
-        return float(min(float(torch.linalg.svdvals(a.T @ b).sum()), 1.0))
+        from helpers.measures import procrustes_of_factors
+
+        return procrustes_of_factors(a, b)
     if key == "rsa":
         return float(a @ b)
     return float((a & b).sum() / (len(a) * K_NEIGHBOURS))
