@@ -67,6 +67,7 @@ def statistics_state(model, images, layers="blocks", policy: str = "all", batch_
     of top-PC shares and its count of minibatches (sums, so that shards of the images can be added up)."""
     from helpers.compare import _gram_capture
     from helpers.gram_cache import BatchGrams
+    from helpers.autocast import forward_dtype
     from helpers.guards import check_batch_size, evaluating
     from helpers.minibatch_cka import MinibatchCKA, centered_gram
 
@@ -76,7 +77,8 @@ def statistics_state(model, images, layers="blocks", policy: str = "all", batch_
     accumulator = MinibatchCKA(capture.labels, list(COLUMNS))
     shares = []
     with evaluating(model):
-        grams = BatchGrams(model, images, capture, batch_size)
+        # the dtype cka_matrix runs the same model in (float16 autocast on CUDA), so that its kept Grams are reused
+        grams = BatchGrams(model, images, capture, batch_size, forward_dtype(next(model.parameters()).device))
         with torch.no_grad(), capture:
             for index, model_grams in enumerate(grams):
                 part = stats[index * batch_size:(index + 1) * batch_size].to(model_grams.device)
@@ -169,13 +171,14 @@ def high_norm_count(n_images: int) -> int:
 def collect_grams(model, images, layers, policy: str, batch_size: int):
     """(layer labels, [(L, B, B) CPU tensors] one per batch): each recorded layer's centred Gram on each batch of
     `images`, from helpers.gram_cache when the report has computed them already (no forward pass repeated)."""
+    from helpers.autocast import forward_dtype
     from helpers.compare import _gram_capture
     from helpers.gram_cache import BatchGrams
     from helpers.guards import evaluating
 
     capture = _gram_capture(model, layers, policy)
     with evaluating(model):
-        source = BatchGrams(model, images, capture, batch_size)
+        source = BatchGrams(model, images, capture, batch_size, forward_dtype(next(model.parameters()).device))
         with torch.no_grad(), capture:
             grams = [g.detach().cpu() for g in source]
     return capture.labels, grams
