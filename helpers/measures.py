@@ -235,7 +235,7 @@ def procrustes_factor(K: np.ndarray) -> np.ndarray:
                          "Procrustes is undefined. Check the layer, or leave it out.")
     values, vectors = torch.linalg.eigh(torch.from_numpy(centred / trace))
     keep = values > 1e-12 * values[-1]  # rounding noise, not directions of the data
-    return (vectors[:, keep] * values[keep].sqrt()).numpy()
+    return (vectors[:, keep] * values[keep].sqrt()).cpu().numpy()
 
 
 def procrustes_of_factors(F_x: np.ndarray, F_y: np.ndarray) -> float:
