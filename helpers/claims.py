@@ -84,6 +84,24 @@ CLAIMS = {
 }
 
 
+class Size(NamedTuple):
+    value: float    # the paper's size, in the unit of the claim's effect (helpers.effects)
+    words: str      # where the number comes from
+
+
+# Claims whose statement in the paper has a number. Their verdict judges the direction (the protocol in
+# helpers.verdicts) and, separately, the size against this number. Other "much ..." claims give no number
+# to compare with: their verdicts judge direction only, and RESULTS.md says so in the statement.
+SIZES = {
+    "F3.2": Size(0.35, "CKA about 0.6 for the most local heads, about 0.25 for the most global, Fig. 5"),
+    "F6.2": Size(4.0, "about 4 points of accuracy, §6"),
+    "F9.4": Size(0.30, "a 30% gap in absolute 10-shot accuracy, Fig. 13"),
+}
+
+# Claims of sameness ("A is like B"): judged on |difference| <= noise (helpers.verdicts), marked ≈ in RESULTS.md.
+SAMENESS = frozenset({"F4.6", "F8.2", "F8.3", "F8.4", "F9.1"})
+
+
 def claims_of(notebook: str) -> list:
     """The claim numbers judged in `notebook` ('06'), in order."""
     return [c for c, claim in CLAIMS.items() if claim.notebook == notebook]

@@ -1,99 +1,134 @@
-"""One rule decides whether a claim of the paper holds on a track: the measured effect against its controls.
+"""One protocol decides whether a claim of the paper holds on a track: the effect per run against its controls.
 
-Every claim (F1.1, F1.2, ... in `CLAIMS`) is turned into one signed number per training run (seed),
-its *effect*, with the sign chosen so that a positive effect is the paper's direction. For example
-F1.1 "the ViT is more uniform than the ResNet" has effect = mean off-diagonal CKA of the ViT minus
-that of the ResNet. Three controls say how large an effect must be before it counts:
+Every claim (F1.1, F1.2, ... in helpers.claims) is turned into one signed number per independent training
+run, its *effect*, signed so that a positive effect is the paper's direction (helpers.effects computes
+each claim's effect; notebooks, notebook 17 and the report only call it). The protocol, stated once (the
+README's "How a claim is judged" repeats it):
 
-    interval   the half-width of a 90% interval of the effect over image subsamples
-               (helpers.intervals): how much the number moves with the images drawn.
-    spread     the run-to-run spread: how far apart two runs that should agree come out (a second
-               seed, or a reference model). One number for the claim, in the effect's units.
-    floor      the same effect measured on the untrained twins (random weights, same architecture).
+    unit       what is counted: independent training runs of the model the claim is about ("ViT seeds").
+               Where each unit is paired with several runs of another model ("each against 2 ResNet
+               seeds"), the unit's effect is the mean over its partners. Units that are different
+               models with one seed each ("blocks 1, 3, 5, one seed each") are *shown in k of n*, never
+               "holds": "holds" needs at least two independent seeds of the same model.
+    interval   half-width of the effect's 90% interval over image subsamples (helpers.intervals), per unit.
+    spread     ONE definition: the range (max - min) of the effect over the independently trained units,
+               and over each unit's partners when it has several, the larger. A claim with fewer than two
+               units borrows a spread from a named source (spread=, spread_source=), and says so.
+    noise_i    max(interval_i, spread).
+    floor      the same effect on at least FLOOR_MIN untrained draws (same architecture, random weights,
+               seeds recorded; helpers.floors). Unit i is *learned* when effect_i - max(draws) > noise_i:
+               beyond the upper end of what random weights give, by more than its noise.
 
-The rule, stated once (the README repeats it):
+    unit i shows the claim      effect_i >  noise_i           (a sameness claim: |effect_i| <= noise_i)
+    unit i reverses it          effect_i < -noise_i
 
-    noise of seed i     = max(interval_i, spread)        (with neither measured, the verdict is "not measured")
-    seed i shows it     if effect_i >  noise_i
-    seed i reverses it  if effect_i < -noise_i
+    holds                       every unit shows it, at least two units, units are seeds of one model
+    holds in k of n <unit>      0 < k < n, or one seed alone ("holds in 1 of 1 seeds")
+    shown in k of n <unit>      units that are not seeds of one model (one seed each), 0 < k
+    opposite                    no unit shows it and more than half reverse it ("opposite in 1 of 1" for one)
+    within noise                no unit shows it, at most half reverse it
+    not measured                no effect was measured on this track
 
-    holds                  every seed shows it, and there are at least two seeds
-    holds in k of n seeds  k seeds show it, 0 < k (one seed alone is never more than "holds in 1 of 1")
-    opposite               no seed shows it and more than half reverse it
-    within noise           no seed shows it, at most half reverse it
-    not measured           no effect was measured on this track
+Tags beside a verdict that shows the claim: "learned in k of n" when k of the n showing units are learned
+(no tag when all are); "below the untrained draws" when every showing unit is under the draws' lower end.
 
-    "not learned" is written next to a verdict that holds (in some or all seeds) when, in every seed
-    that shows it, the effect exceeds the untrained floor by no more than that seed's noise
-    (effect_i - floor <= max(noise_i, floor interval)): the architecture shows it before training.
+Size. A claim whose statement has a size in the paper carries the paper's number (helpers.claims.SIZES, in
+the effect's units). Its verdict judges direction (above) and size separately: "size 0.1x the paper's".
+Sameness. A claim that two things are alike is judged on |difference| <= noise, written with "≈".
+Best matches. Statistics built from argmax picks (F1.5-F1.7, F10.4, the report's R2/R3) also get a
+permutation null (helpers.nulls): the statistic with the images of one model shuffled, >= 20 times.
+Robustness. Each verdict records whether its words change when the floor is any single draw instead of
+all of them, or under the alternative spreads the caller names (alternatives=), and names what changes.
 
-Claims of sameness ("A performs like B") use `judge_alike`: effect = |A - B|, and a seed shows the
-claim when the difference is within its noise; none within noise is "opposite" (they differ).
-
-    v = judge("F1.1", effects=[0.284, 0.307], intervals=[0.010, 0.012], spread=0.02, floor=0.131)
-    v.verdict            # 'holds'
-    print(v.line())      # F1.1  holds  | effect +0.284, +0.307 | noise 0.020, 0.020 | untrained +0.131
-    save("06", [v], track)               # outputs/verdicts/lite/06.json, read back by the scorecard
+    v = judge("F1.1", effects=[0.28, 0.30, 0.27], intervals=[0.01, 0.01, 0.01],
+              floor_draws=[0.18, 0.12, 0.20, 0.15, 0.17], floor_seeds=[0, 1, 2, 3, 4])
+    v.words()     # 'holds (3 of 3 seeds)'
+    save("06", [v], track)          # outputs/verdicts/lite/06.json, read back by the scorecard
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 
-from helpers.claims import CLAIMS, REPORT_CLAIMS, claims_of
+from helpers.claims import CLAIMS, REPORT_CLAIMS, SAMENESS, SIZES, claims_of
 
-LEVEL = 0.9  # the image-subsample intervals are 90% intervals (helpers.intervals.subsample_interval)
-VERDICTS = ("holds", "holds in k of n seeds", "within noise", "opposite", "not measured")
-NOT_LEARNED = "not learned"
+LEVEL = 0.9          # the image-subsample intervals are 90% intervals (helpers.intervals.subsample_interval)
+FLOOR_MIN = 5        # untrained draws a floor needs
+DECIMALS = 6         # saved numbers; RESULTS.md and the notebooks print 3 of them
+KINDS = ("holds", "holds in part", "within noise", "opposite", "not measured")
+SPREAD_RULE = "range of the effect over the independently trained units (and over each unit's partners)"
 
 
 @dataclass
 class Verdict:
-    """A claim's verdict on one track, with the numbers it rests on (all in the effect's units)."""
+    """A claim's verdict on one track, with every number it rests on (all in the effect's units)."""
 
     claim: str                                    # "F1.1"
-    verdict: str                                  # one of VERDICTS, with k and n filled in
-    effects: list = field(default_factory=list)   # one per seed; > 0 is the paper's direction
-    noise: list = field(default_factory=list)     # max(interval_i, spread) per seed
-    intervals: list | None = None                 # image-subsample half-widths per seed
-    spread: float | None = None                   # run-to-run spread
-    floor: float | None = None                    # the untrained twin's effect
-    tag: str = ""                                 # "not learned", or ""
-    seeds: list = field(default_factory=list)     # labels of the runs, e.g. ["seed 0", "seed 1"]
+    verdict: str                                  # "holds", "holds in 2 of 3 ViT seeds", "opposite", ...
+    effects: list = field(default_factory=list)   # one per unit; > 0 is the paper's direction
+    noise: list = field(default_factory=list)     # max(interval_i, spread) per unit
+    intervals: list | None = None                 # image-subsample half-widths per unit
+    spread: float | None = None                   # the run-to-run spread
+    floor: float | None = None                    # the upper end (max) of the untrained draws' effects
+    tag: str = ""                                 # "learned in 1 of 3", "below the untrained draws", or ""
+    seeds: list = field(default_factory=list)     # labels of the units, e.g. ["seed 0", "seed 1"]
     measure: str = ""                             # what the effect is, in words
     note: str = ""                                # what the reader should know next to the numbers
-    alike: bool = False                           # a claim of sameness (judge_alike)
+    alike: bool = False                           # a claim of sameness
+    kind: str = "not measured"                    # one of KINDS
+    unit: str = "seeds"                           # what a unit is ("ViT seeds (each against 2 ResNet seeds)")
+    replicated: bool = True                       # units are independent seeds of one model
+    spread_rule: str = ""                         # how the spread was obtained
+    partners: list | None = None                  # per unit, the effects against each partner run
+    floor_draws: list | None = None               # the effect on each untrained draw
+    floor_seeds: list | None = None               # the seed of each draw
+    learned: list | None = None                   # per unit: beyond the untrained draws by more than its noise
+    size: str = ""                                # "size 0.10x the paper's 0.35" for claims with a paper size
+    null: list | None = None                      # a permutation null of the statistic (helpers.nulls)
+    robustness: str = ""                          # what the verdict depends on, or that it does not
 
     @property
     def shown(self) -> int:
-        """How many seeds show the claim."""
+        """How many units show the claim."""
         return sum(_shows(e, z, self.alike) for e, z in zip(self.effects, self.noise))
 
     def words(self) -> str:
-        """The verdict with its tag: 'holds in 2 of 3 seeds (not learned)'."""
-        return f"{self.verdict} ({self.tag})" if self.tag else self.verdict
+        """The verdict in words with its unit, tag and size: 'holds (3 of 3 seeds; learned in 1 of 3)'."""
+        if self.kind == "not measured":
+            return "not measured"
+        head = ("≈ " if self.alike else "") + self.verdict
+        inside = [f"{len(self.effects)} of {len(self.effects)} {self.unit}"] if self.verdict == "holds" else []
+        inside += [self.tag] if self.tag else []
+        words = head + (f" ({'; '.join(inside)})" if inside else "")
+        return words + (f"; {self.size}" if self.size else "")
 
     def numbers(self) -> str:
-        """The evidence in one line: effects per seed, the noise each was judged against, the floor."""
+        """The evidence in one line: effects per unit, their noise, the untrained draws and the null."""
         if not self.noise:
             measured = ("effect " + ", ".join(f"{e:+.3f}" for e in self.effects) + "; ") if self.effects else ""
             return measured + (self.note or "not measured on this track")
-        parts = ["effect " + ", ".join(f"{e:+.3f}" for e in self.effects)]
-        parts.append("noise " + ", ".join(f"{z:.3f}" for z in self.noise))
-        if self.floor is not None:
-            parts.append(f"untrained {self.floor:+.3f}")
+        parts = [("|difference| ≤ noise; difference " if self.alike else "effect ") + ", ".join(f"{e:+.3f}" for e in self.effects)]
+        parts.append("noise " + ", ".join(f"{z:.3f}" for z in self.noise) + f" (spread {self.spread_rule})")
+        if self.floor_draws:
+            parts.append(f"untrained {min(self.floor_draws):+.3f} to {max(self.floor_draws):+.3f} "
+                         f"over {len(self.floor_draws)} draws (seeds {', '.join(str(s) for s in self.floor_seeds)})")
+        if self.null:
+            parts.append(f"shuffled-image null {null_level(self.null):+.3f} (95th percentile of {len(self.null)})")
         if self.seeds:
             parts.append(", ".join(self.seeds))
         return " | ".join(parts)
 
     def line(self) -> str:
-        return f"{self.claim:6s} {self.words():38s} | {self.numbers()}"
+        return f"{self.claim:6s} {self.words():44s} | {self.numbers()}"
 
+
+# ---------------------------------------------------------------------------------------------
+# Checking what comes in
 
 def _check_numbers(name: str, values, n: int | None = None) -> list:
     values = [float(v) for v in np.ravel(np.asarray(values, dtype=np.float64))]
@@ -101,107 +136,203 @@ def _check_numbers(name: str, values, n: int | None = None) -> list:
         raise ValueError(f"{name} has a NaN or infinite value ({values}): a verdict needs measured numbers; "
                          "find where the measurement broke, or pass effects=[] for 'not measured'.")
     if n is not None and len(values) != n:
-        raise ValueError(f"{name} has {len(values)} values for {n} effects: give one per seed, in the same order.")
+        raise ValueError(f"{name} has {len(values)} values for {n} effects: give one per unit (seed), in the same order.")
     return values
 
 
-def _noise(effects: list, intervals, spread) -> list:
-    """max(interval_i, spread) per seed; at least one of the two must be given."""
-    if intervals is None and spread is None:
-        raise ValueError("a verdict needs a noise estimate: give intervals= (half-widths over image subsamples, "
-                         "helpers.intervals) or spread= (the run-to-run spread), or both.")
-    half = _check_numbers("intervals", intervals, len(effects)) if intervals is not None else [0.0] * len(effects)
-    spread_ = 0.0 if spread is None else _check_numbers("spread", [spread])[0]
-    if min(half + [spread_]) < 0:
-        raise ValueError(f"interval half-widths and the spread are sizes and cannot be negative (got {half}, {spread_}).")
-    return [max(h, spread_) for h in half]
+def _units(effects) -> tuple:
+    """effects as given -> (one effect per unit, partner effects per unit or None).
+
+    effects: (n,) numbers, or (n, p) lists: unit i against each of its p partner runs (mean = the unit's effect)."""
+    if len(effects) and all(isinstance(e, (list, tuple, np.ndarray)) for e in effects):
+        partners = [_check_numbers(f"effects of unit {i}", e) for i, e in enumerate(effects)]
+        if any(len(p) == 0 for p in partners):
+            raise ValueError("a unit with no partner effects: give each unit at least one effect.")
+        return [float(np.mean(p)) for p in partners], partners
+    return _check_numbers("effects", effects), None
+
+
+def _known(claim: str) -> str:
+    if claim not in CLAIMS and claim not in REPORT_CLAIMS:  # REPORT_CLAIMS: helpers.report's comparisons (R1, ...)
+        from difflib import get_close_matches
+        close = get_close_matches(claim, list(CLAIMS) + list(REPORT_CLAIMS), n=3)
+        raise KeyError(f"unknown claim {claim!r}" + (f"; did you mean {', '.join(close)}?" if close else "")
+                       + " The numbered claims are in helpers/claims.py.")
+    return claim
+
+
+# ---------------------------------------------------------------------------------------------
+# The protocol's pieces, each a short function
+
+def seed_spread(effects: list, partners: list | None = None) -> float:
+    """The one spread: range of the units' effects, and of each unit's partner effects, the larger. (n,) -> float."""
+    ranges = [max(effects) - min(effects)] if len(effects) >= 2 else []
+    ranges += [max(p) - min(p) for p in (partners or []) if len(p) >= 2]
+    if not ranges:
+        raise ValueError("one unit with one run has no spread of its own: pass spread= and spread_source= "
+                         "(borrowed from a named source, e.g. 'the ViT seeds of F1.1').")
+    return float(max(ranges))
 
 
 def _shows(effect: float, noise: float, alike: bool) -> bool:
     return abs(effect) <= noise if alike else effect > noise
 
 
-def _verdict_word(shown: int, reversed_: int, n: int) -> str:
+def _verdict_word(shown: int, reversed_: int, n: int, unit: str, replicated: bool, alike: bool) -> tuple:
+    """(verdict, kind) from the counts of units that show and reverse the claim."""
     if n == 0:
-        return "not measured"
-    if shown == n and n >= 2:
-        return "holds"
+        return "not measured", "not measured"
+    if alike and shown == 0:
+        return ("opposite" if n >= 2 else f"opposite in 1 of 1 {unit}"), "opposite"  # they differ beyond noise
+    if shown == n and n >= 2 and replicated:
+        return "holds", "holds"
     if shown > 0:
-        return f"holds in {shown} of {n} seeds"
-    return "opposite" if reversed_ > n / 2 else "within noise"
+        return f"{'holds' if replicated else 'shown'} in {shown} of {n} {unit}", "holds in part"
+    if reversed_ > n / 2:
+        return ("opposite" if n >= 2 and replicated else f"opposite in {reversed_} of {n} {unit}"), "opposite"
+    return "within noise", "within noise"
 
 
-def _known(claim: str) -> str:
-    if claim not in CLAIMS and claim not in REPORT_CLAIMS:  # REPORT_CLAIMS: helpers.report's comparisons (R1, ...)
-        from difflib import get_close_matches
-        close = get_close_matches(claim, list(CLAIMS), n=3)
-        raise KeyError(f"unknown claim {claim!r}" + (f"; did you mean {', '.join(close)}?" if close else "")
-                       + " The numbered claims are in helpers/claims.py.")
-    return claim
+def learned_tag(effects: list, noise: list, draws: list | None, alike: bool = False) -> tuple:
+    """(per-unit learned flags or None, tag): each showing unit against the upper end of the untrained draws."""
+    if not draws or alike:
+        return None, ""
+    top, bottom = max(draws), min(draws)
+    learned = [e - top > z for e, z in zip(effects, noise)]
+    showing = [i for i, (e, z) in enumerate(zip(effects, noise)) if _shows(e, z, False)]
+    if not showing:
+        return learned, ""
+    if all(effects[i] < bottom - noise[i] for i in showing):
+        return learned, "below the untrained draws"
+    k = sum(learned[i] for i in showing)
+    return learned, "" if k == len(showing) else f"learned in {k} of {len(showing)}"
 
 
-def judge(claim: str, effects, intervals=None, spread=None, floor=None, floor_interval: float = 0.0,
-          seeds=None, measure: str = "", note: str = "") -> Verdict:
-    """The verdict of `claim` from its effect per seed and its controls (module docstring).
+def size_words(claim: str, effects: list) -> str:
+    """'size 0.10x the paper's 0.35' (median over units) for a claim with a paper size, else ''."""
+    paper = SIZES.get(claim)
+    if paper is None or not effects:
+        return ""
+    ratio = float(np.median(effects)) / paper.value
+    how = "about the paper's" if 0.5 <= ratio <= 2 else ("smaller than the paper's" if ratio < 0.5 else "larger than the paper's")
+    return f"size {how}: {ratio:.2f}x its {paper.value:g} ({paper.words})"
 
-    effects: (n,) one signed effect per seed, > 0 in the paper's direction; [] means not measured.
-    intervals: (n,) half-widths of each effect's 90% interval over image subsamples, or None.
-    spread: the run-to-run spread (a number >= 0), or None. At least one of intervals and spread.
-    floor: the untrained twin's effect (a number), or None when there is no untrained control.
-    floor_interval: the half-width of the floor's own interval.
+
+def null_level(null: list, level: float = 0.95) -> float:
+    """The permutation null's upper quantile: the chance level a statistic must beat."""
+    return float(np.quantile(np.asarray(null, dtype=np.float64), level))
+
+
+# ---------------------------------------------------------------------------------------------
+# Judging
+
+def judge(claim: str, effects, intervals=None, *, spread=None, spread_source: str = "", floor_draws=None,
+          floor_seeds=None, unit: str = "seeds", replicated: bool = True, seeds=None, measure: str = "",
+          note: str = "", null=None, alternatives: dict | None = None, alike: bool | None = None) -> Verdict:
+    """The verdict of `claim` under the one protocol (module docstring).
+
+    effects: (n,) one signed effect per unit (> 0 is the paper's direction), or (n, p) per unit against each of
+        p partner runs; [] means not measured. For a sameness claim: the difference A - B per unit.
+    intervals: (n,) 90% half-widths over image subsamples (for partners: the largest of each unit's), or None.
+    spread, spread_source: only with fewer than two units and no partners: a borrowed spread and where from.
+    floor_draws, floor_seeds: the effect on >= FLOOR_MIN untrained draws and their seeds (helpers.floors).
+    unit, replicated: what a unit is; replicated=False when the units are different models, one seed each.
+    null: a permutation null of the statistic (helpers.nulls), printed beside the floor.
+    alternatives: {name: spread} other spread conventions to test the verdict against (robustness).
+    alike: a sameness claim; by default helpers.claims.SAMENESS says.
     """
     _known(claim)
-    effects = _check_numbers("effects", effects)
+    alike = claim in SAMENESS if alike is None else alike
+    effects, partners = _units(list(effects) if effects is not None else [])
     seeds = list(seeds) if seeds is not None else []
     if seeds and len(seeds) != len(effects):
-        raise ValueError(f"{len(seeds)} seed labels for {len(effects)} effects: give one label per effect.")
+        raise ValueError(f"{len(seeds)} unit labels for {len(effects)} effects: give one label per effect.")
     if not effects:
-        return Verdict(claim, "not measured", measure=measure, note=note)
-    if intervals is None and spread is None:  # e.g. a full-track run on too few images for an interval, one model
-        return Verdict(claim, "not measured", effects, [], None, None, floor, "", seeds, measure,
-                       "no noise estimate: too few images for an interval over subsamples, and no second run")
-    noise = _noise(effects, intervals, spread)
-    shown = [_shows(e, z, alike=False) for e, z in zip(effects, noise)]
-    reversed_ = sum(e < -z for e, z in zip(effects, noise))
-    tag = ""
-    if floor is not None:
-        floor = _check_numbers("floor", [floor])[0]
-        learned = [e - floor > max(z, floor_interval) for e, z, s in zip(effects, noise, shown) if s]
-        if any(shown) and not any(learned):
-            tag = NOT_LEARNED
-    return Verdict(claim, _verdict_word(sum(shown), reversed_, len(effects)), effects, noise,
-                   None if intervals is None else _check_numbers("intervals", intervals),
-                   None if spread is None else float(spread), floor, tag, seeds, measure, note)
+        return Verdict(claim, "not measured", measure=measure, note=note, alike=alike)
+    half = _check_numbers("intervals", intervals, len(effects)) if intervals is not None else None
+    spread, rule = _spread(effects, partners, spread, spread_source)
+    if half is not None and min(half) < 0:
+        raise ValueError(f"interval half-widths are sizes and cannot be negative (got {half}).")
+    noise = [max(h, spread) for h in (half or [0.0] * len(effects))]
+    draws, draw_seeds = _floor(floor_draws, floor_seeds, alike)
+    verdict, kind = _judged(effects, noise, unit, replicated, alike)
+    learned, tag = learned_tag(effects, noise, draws, alike)
+    v = Verdict(claim, verdict, effects, noise, half, spread, None if draws is None else max(draws), tag, seeds,
+                measure, note, alike, kind, unit, replicated, rule, partners, draws, draw_seeds, learned,
+                "" if kind in ("not measured",) else size_words(claim, effects),
+                None if null is None else _check_numbers("null", null))
+    v.robustness = robustness(v, alternatives or {})
+    return v
 
 
-def judge_alike(claim: str, differences, intervals=None, spread=None, seeds=None, measure: str = "",
-                note: str = "") -> Verdict:
-    """The verdict of a claim of sameness: seed i shows it when |difference_i| <= its noise.
+def judge_alike(claim: str, differences, intervals=None, **kwargs) -> Verdict:
+    """A claim of sameness ("A performs like B"): unit i shows it when |difference_i| <= its noise."""
+    return judge(claim, differences, intervals, alike=True, **kwargs)
 
-    differences: (n,) A - B per seed. All within noise: holds; some: holds in k of n seeds;
-    none: opposite (the two differ beyond noise). There is no untrained floor for sameness.
-    """
-    _known(claim)
-    differences = _check_numbers("differences", differences)
-    if not differences:
-        return Verdict(claim, "not measured", measure=measure, note=note, alike=True)
-    if intervals is None and spread is None:
-        return Verdict(claim, "not measured", differences, [], None, None, None, "", list(seeds or []), measure,
-                       "no noise estimate: too few images for an interval over subsamples, and no second run", True)
-    noise = _noise(differences, intervals, spread)
-    shown = sum(_shows(d, z, alike=True) for d, z in zip(differences, noise))
-    word = "opposite" if shown == 0 else _verdict_word(shown, 0, len(differences))
-    return Verdict(claim, word, differences, noise, None if intervals is None else _check_numbers("intervals", intervals),
-                   None if spread is None else float(spread), None, "", list(seeds or []), measure, note, alike=True)
+
+def _spread(effects: list, partners, spread, source: str) -> tuple:
+    """(spread, rule): the units' own range, or a borrowed spread when there are too few units to have one."""
+    own = len(effects) >= 2 or any(len(p) >= 2 for p in (partners or []))
+    if own:
+        if spread is not None:
+            raise ValueError(f"{len(effects)} units have a spread of their own ({SPREAD_RULE}); do not pass spread=.")
+        return seed_spread(effects, partners), SPREAD_RULE
+    if spread is None or not source:
+        raise ValueError("one unit has no spread of its own: pass spread= with spread_source= naming where it is "
+                         "borrowed from (e.g. spread=v.spread, spread_source='the ViT seeds of F1.1').")
+    value = _check_numbers("spread", [spread])[0]
+    if value < 0:
+        raise ValueError(f"the spread is a size and cannot be negative (got {value}).")
+    return value, f"borrowed: {source}"
+
+
+def _floor(draws, seeds, alike: bool) -> tuple:
+    if draws is None:
+        return None, None
+    if alike:
+        raise ValueError("a sameness claim has no untrained floor: leave floor_draws out.")
+    draws = _check_numbers("floor_draws", draws)
+    if len(draws) < FLOOR_MIN:
+        raise ValueError(f"the floor needs at least {FLOOR_MIN} untrained draws (got {len(draws)}): one random draw is "
+                         "not a floor; use helpers.floors.untrained_draws.")
+    seeds = list(seeds) if seeds is not None else []
+    if len(seeds) != len(draws):
+        raise ValueError(f"{len(seeds)} floor seeds for {len(draws)} draws: record the seed of every draw (floor_seeds=).")
+    return draws, seeds
+
+
+def _judged(effects: list, noise: list, unit: str, replicated: bool, alike: bool) -> tuple:
+    shown = sum(_shows(e, z, alike) for e, z in zip(effects, noise))
+    reversed_ = 0 if alike else sum(e < -z for e, z in zip(effects, noise))
+    return _verdict_word(shown, reversed_, len(effects), unit, replicated, alike)
+
+
+def robustness(v: Verdict, alternatives: dict) -> str:
+    """What the verdict's words depend on: each single floor draw, and each alternative spread named."""
+    changes = []
+    if v.floor_draws and len(v.floor_draws) > 1:
+        single = [learned_tag(v.effects, v.noise, [d])[1] for d in v.floor_draws]
+        differ = [s for s, t in zip(v.floor_seeds, single) if t != v.tag]
+        if differ:
+            changes.append(f"with one draw as the floor, the tag changes for draw seeds {', '.join(map(str, differ))}")
+    for name, spread in alternatives.items():
+        noise = [max(h, float(spread)) for h in (v.intervals or [0.0] * len(v.effects))]
+        word, _ = _judged(v.effects, noise, v.unit, v.replicated, v.alike)
+        if word != v.verdict:
+            changes.append(f"with {name} as the spread ({float(spread):.3f}): {word}")
+    tested = (["any single floor draw"] if v.floor_draws else []) + list(alternatives)
+    if changes:
+        return "depends: " + "; ".join(changes)
+    return ("the same under " + ", ".join(tested)) if tested else ""
 
 
 def not_measured(claim: str, why: str) -> Verdict:
     """A claim this track does not measure, with the reason (e.g. 'one Mixer size only')."""
-    return Verdict(_known(claim), "not measured", note=why)
+    return Verdict(_known(claim), "not measured", note=why, alike=claim in SAMENESS)
 
 
 # ---------------------------------------------------------------------------------------------
-# Saving, showing and reading verdicts
+# Showing, saving and reading verdicts
 
 def verdict_dir(track: str, root=None) -> Path:
     """Where a notebook saves its verdicts: OUTPUT_DIR/verdicts/TRACK (or root/TRACK)."""
@@ -221,6 +352,16 @@ def show_words(verdicts: list) -> None:
         print(f"{v.claim:6s} {v.words()}")
 
 
+def show_compact(verdicts: list) -> None:
+    """The compact table a notebook leads with: claim, the paper's statement, verdict, effect against the paper."""
+    for v in verdicts:
+        statement = (CLAIMS.get(v.claim) or REPORT_CLAIMS[v.claim]).statement
+        effect = ", ".join(f"{e:+.3f}" for e in v.effects) if v.effects else "-"
+        paper = SIZES.get(v.claim)
+        against = f" (paper: {paper.value:g})" if paper else ""
+        print(f"{v.claim:6s} {statement}\n       -> {v.words()}\n       effect {effect}{against}")
+
+
 def save(notebook: str, verdicts: list, track: str, root=None) -> Path:
     """Write `verdicts` of notebook `notebook` ('06') as JSON under verdict_dir(track). Returns the file."""
     claims = [v.claim for v in verdicts]
@@ -233,20 +374,30 @@ def save(notebook: str, verdicts: list, track: str, root=None) -> Path:
     folder = verdict_dir(track, root)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{notebook}.json"
-    record = {"notebook": notebook, "track": track, "verdicts": [_rounded(asdict(v)) for v in verdicts]}
+    record = {"notebook": notebook, "track": track, "verdicts": [rounded(asdict(v)) for v in verdicts]}
     path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     return path
 
 
-def _rounded(record: dict) -> dict:
-    """Numbers to 4 decimals, so the saved file does not change with the last bits of float arithmetic."""
-    def r(x):
-        if isinstance(x, float):
-            return round(x, 4)
-        if isinstance(x, list):
-            return [r(y) for y in x]
-        return x
-    return {k: r(v) for k, v in record.items()}
+def rounded(value):
+    """Numbers to DECIMALS places, so a saved file does not change with the last bits of float arithmetic."""
+    if isinstance(value, float):
+        return round(value, DECIMALS)
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rounded(v) for v in value]
+    return value
+
+
+def from_record(record: dict) -> Verdict:
+    """A Verdict from its saved dict (keys this version does not know are an error, not dropped)."""
+    known = {f.name for f in fields(Verdict)}
+    unknown = set(record) - known
+    if unknown:
+        raise ValueError(f"a saved verdict has fields {sorted(unknown)} this course version does not know: "
+                         "re-run the notebook that saved it.")
+    return Verdict(**record)
 
 
 def load(track: str, root=None) -> dict:
@@ -255,7 +406,7 @@ def load(track: str, root=None) -> dict:
     folder = verdict_dir(track, root)
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         for record in json.loads(path.read_text())["verdicts"]:
-            verdict = Verdict(**record)
+            verdict = from_record(record)
             if verdict.claim in out:
                 raise ValueError(f"claim {verdict.claim} is judged in two notebooks ({path.name} and another) under {folder}.")
             out[verdict.claim] = verdict
