@@ -13,7 +13,8 @@ README's "How a claim is judged" repeats it):
     interval   half-width of the effect's 90% interval over image subsamples (helpers.intervals), per unit.
     spread     ONE definition: the range (max - min) of the effect over the independently trained units,
                and over each unit's partners when it has several, the larger. A claim with fewer than two
-               units borrows a spread from a named source (spread=, spread_source=), and says so.
+               units, or whose units are different models, borrows a spread from a named source
+               (spread=, spread_source=), and says so.
     noise_i    max(interval_i, spread).
     floor      the same effect on at least FLOOR_MIN untrained draws (same architecture, random weights,
                seeds recorded; helpers.floors). Unit i is *learned* when effect_i - max(draws) > noise_i:
@@ -234,7 +235,8 @@ def judge(claim: str, effects, intervals=None, *, spread=None, spread_source: st
     effects: (n,) one signed effect per unit (> 0 is the paper's direction), or (n, p) per unit against each of
         p partner runs; [] means not measured. For a sameness claim: the difference A - B per unit.
     intervals: (n,) 90% half-widths over image subsamples (for partners: the largest of each unit's), or None.
-    spread, spread_source: only with fewer than two units and no partners: a borrowed spread and where from.
+    spread, spread_source: only with fewer than two units (or units that are different models) and no
+        partners: a borrowed spread and where it comes from.
     floor_draws, floor_seeds: the effect on >= FLOOR_MIN untrained draws and their seeds (helpers.floors).
     unit, replicated: what a unit is; replicated=False when the units are different models, one seed each.
     null: a permutation null of the statistic (helpers.nulls), printed beside the floor.
@@ -250,7 +252,7 @@ def judge(claim: str, effects, intervals=None, *, spread=None, spread_source: st
     if not effects:
         return Verdict(claim, "not measured", measure=measure, note=note, alike=alike)
     half = _check_numbers("intervals", intervals, len(effects)) if intervals is not None else None
-    spread, rule = _spread(effects, partners, spread, spread_source)
+    spread, rule = _spread(effects, partners, spread, spread_source, replicated)
     if half is not None and min(half) < 0:
         raise ValueError(f"interval half-widths are sizes and cannot be negative (got {half}).")
     noise = [max(h, spread) for h in (half or [0.0] * len(effects))]
@@ -270,16 +272,20 @@ def judge_alike(claim: str, differences, intervals=None, **kwargs) -> Verdict:
     return judge(claim, differences, intervals, alike=True, **kwargs)
 
 
-def _spread(effects: list, partners, spread, source: str) -> tuple:
-    """(spread, rule): the units' own range, or a borrowed spread when there are too few units to have one."""
-    own = len(effects) >= 2 or any(len(p) >= 2 for p in (partners or []))
+def _spread(effects: list, partners, spread, source: str, replicated: bool = True) -> tuple:
+    """(spread, rule): the units' own range, or a borrowed spread when there are too few units to have one.
+
+    Units that are different models (replicated=False) have no seed spread of their own: their range measures
+    how the models differ, not how a rerun moves, so they borrow one too (or use their partners' range)."""
+    own = (replicated and len(effects) >= 2) or any(len(p) >= 2 for p in (partners or []))
     if own:
         if spread is not None:
             raise ValueError(f"{len(effects)} units have a spread of their own ({SPREAD_RULE}); do not pass spread=.")
-        return seed_spread(effects, partners), SPREAD_RULE
+        return seed_spread(effects if replicated else effects[:1], partners), SPREAD_RULE
     if spread is None or not source:
-        raise ValueError("one unit has no spread of its own: pass spread= with spread_source= naming where it is "
-                         "borrowed from (e.g. spread=v.spread, spread_source='the ViT seeds of F1.1').")
+        raise ValueError(("one unit has" if replicated else "units that are different models have") + " no seed spread of "
+                         "their own: pass spread= with spread_source= naming where it is borrowed from (e.g. "
+                         "spread=v.spread, spread_source='the ViT seeds of F1.1').")
     value = _check_numbers("spread", [spread])[0]
     if value < 0:
         raise ValueError(f"the spread is a size and cannot be negative (got {value}).")
