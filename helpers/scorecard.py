@@ -101,6 +101,16 @@ def lines(lite: dict, full: dict) -> str:
     return "\n".join(out)
 
 
+def examples(verdicts: dict) -> str:
+    """Two claims as an example of the scorecard (notebook 00): the first that holds and the first opposite one."""
+    chosen = [next((v for c, v in verdicts.items() if v.kind == kind), None) for kind in ("holds", "opposite")]
+    out = []
+    for v in [v for v in chosen if v is not None]:
+        out.append(f"{v.claim}: {CLAIMS[v.claim].statement}\n  lite track: {v.words()}\n  "
+                   f"effect per seed {', '.join(f'{e:+.3f}' for e in v.effects)}; noise {', '.join(f'{z:.3f}' for z in v.noise)}")
+    return "\n".join(out)
+
+
 def other_measures(record: dict | None) -> str:
     """The optional "Other measures" section: notebook 17's survival table (claim x measure), or "" without one.
 

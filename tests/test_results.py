@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from helpers import scorecard
-from helpers.claims import CLAIMS, claims_of
+from helpers import scorecard, verdicts
+from helpers.claims import CLAIMS, SIZES, claims_of
 from helpers.course import NOTEBOOKS_DIR, REPO_ROOT
 
 FINDINGS = sorted({c.notebook for c in CLAIMS.values()})
@@ -39,26 +39,51 @@ def test_results_md_is_generated_from_the_committed_verdicts():
         "RESULTS.md is stale: run `python -m helpers.scorecard --commit lite` after re-running notebooks 06-15"
 
 
-def test_notebook_00_shows_the_committed_scorecard():
-    cells = [c for c in _notebook("00")["cells"] if c["cell_type"] == "code" and "scorecard.lines(" in "".join(c["source"])
+def test_notebook_00_shows_the_committed_counts_and_two_examples():
+    cells = [c for c in _notebook("00")["cells"] if c["cell_type"] == "code" and "scorecard.examples(" in "".join(c["source"])
              and "# NBVAL_CHECK_OUTPUT" in "".join(c["source"])]
-    assert len(cells) == 1, "notebook 00 has one checked cell that prints the scorecard"
-    lite, full = scorecard.committed("lite"), scorecard.committed("full")
-    assert _checked_output(cells[0]) == scorecard.counts(lite) + "\n" + scorecard.lines(lite, full) + "\n", \
+    assert len(cells) == 1, "notebook 00 has one checked cell that prints the counts and two example claims"
+    lite = scorecard.committed("lite")
+    assert _checked_output(cells[0]) == scorecard.counts(lite) + "\n" + scorecard.examples(lite) + "\n", \
         "notebook 00's scorecard is stale: re-run it after `python -m helpers.scorecard --commit lite`"
+
+
+def _all_output(number: str) -> str:
+    return "".join(_checked_output(c) for c in _notebook(number)["cells"] if c["cell_type"] == "code")
 
 
 @pytest.mark.parametrize("number", FINDINGS)
 def test_findings_notebook_prints_the_committed_verdicts(number):
     cells = [c for c in _notebook(number)["cells"] if c["cell_type"] == "code"
              and "verdicts.show_words(" in "".join(c["source"])]
-    assert len(cells) == 1, f"notebook {number} ends with one cell that prints its verdict words"
+    assert len(cells) == 1, f"notebook {number} has one cell that prints its verdict words"
     assert "".join(cells[0]["source"]).startswith("# NBVAL_CHECK_OUTPUT"), "nbval must check the verdict words"
     record = json.loads((scorecard.COMMITTED / "lite" / f"{number}.json").read_text())
     assert sorted(v["claim"] for v in record["verdicts"]) == sorted(claims_of(number))
-    words = "".join(f"{v['claim']:6s} {v['verdict']}{' (' + v['tag'] + ')' if v['tag'] else ''}\n"
-                    for v in record["verdicts"])
+    judged = [verdicts.from_record(v) for v in record["verdicts"]]
+    words = "".join(f"{v.claim:6s} {v.words()}\n" for v in judged)
     assert _checked_output(cells[0]) == words, f"notebook {number}'s verdicts differ from data/verdicts/lite/{number}.json"
+    printed = _all_output(number)
+    for v in judged:  # every number RESULTS.md shows is the number the notebook printed (6 decimals saved)
+        assert v.numbers() in printed, f"notebook {number} does not print {v.claim}'s numbers as RESULTS.md shows them"
+
+
+@pytest.mark.parametrize("number", FINDINGS)
+def test_every_judged_claim_records_its_protocol(number):
+    """Floor over >= 5 recorded draws (or why there is none), the spread's rule, and the unit of replication."""
+    for v in verdicts.load("lite", root=scorecard.COMMITTED).values():
+        if v.claim not in claims_of(number) or v.kind == "not measured":
+            continue
+        assert v.spread_rule and v.unit, f"{v.claim} records no spread rule or unit"
+        assert v.spread_rule == verdicts.SPREAD_RULE or v.spread_rule.startswith("borrowed: "), v.spread_rule
+        if v.alike:
+            assert v.floor_draws is None, f"{v.claim} is a sameness claim: no floor"
+        elif v.floor_draws is None:
+            assert "no untrained floor" in v.note, f"{v.claim} has neither floor draws nor a note saying why ('no untrained floor: ...')"
+        else:
+            assert len(v.floor_draws) >= verdicts.FLOOR_MIN and len(v.floor_seeds) == len(v.floor_draws)
+        if v.claim in SIZES:
+            assert v.size, f"{v.claim} is a size claim: its verdict must judge the size"
 
 
 @pytest.mark.parametrize("path", sorted(NOTEBOOKS_DIR.glob("*.ipynb")), ids=lambda p: p.stem[:2])
