@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 
 from helpers.course import OUTPUT_DIR
+from helpers.image_types import FileImages
 
 DIR_ENV = "COURSE_IMAGE_CACHE_DIR"
 CAP_ENV = "COURSE_IMAGE_CACHE_GB"
@@ -125,8 +126,6 @@ class Entry:
 
         A subsample of a set whose entry exists gets that entry, reading only its rows (entry.rows).
         """
-        from helpers.data import FileImages
-
         if not isinstance(images.get, FileImages) or cap_bytes() == 0:
             return None
         if images.get.parent is not None:

@@ -37,6 +37,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from helpers import image_cache
+from helpers.image_types import FileImages
+
 WORKERS_ENV = "COURSE_WORKERS"
 MAX_DEFAULT_WORKERS = 4
 AHEAD = 2  # batches decoded ahead of the one being used
@@ -60,8 +63,6 @@ def worker_count(images) -> int:
     function, a set made by hand) might not be safe to run in threads, or might draw random numbers,
     whose order threads would shuffle.
     """
-    from helpers.data import FileImages
-
     if not isinstance(images.get, FileImages):
         return 0
     text = os.environ.get(WORKERS_ENV, "").strip()
@@ -189,8 +190,6 @@ def file_batches(images, prep: Preprocessing, batch_size: int, device):
     Crops come from helpers.image_cache when it holds this set for this preprocessing; otherwise
     they are decoded (worker_count threads) and, after a whole pass, kept there for next time.
     """
-    from helpers import image_cache
-
     if prep.crop is None:  # no uint8 stage to keep or to send: the whole transform runs in the threads
         for batch in decoded(images, prep, batch_size, worker_count(images)):
             yield to_device(batch, device)

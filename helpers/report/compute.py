@@ -11,7 +11,8 @@ import numpy as np
 
 from helpers import intervals, zoo
 from helpers.data import subset
-from helpers.report.distributed import World, n_batches, reduce_state, share_from_main, shards, world
+from helpers.report.distributed import n_batches, reduce_state, shards, world
+from helpers.report.cached import cached, cached_arrays  # noqa: F401  (helpers.report re-exports cached)
 from helpers.report.loading import control_models, has_attention
 from helpers.report.settings import ReportError, Settings, layers_arg
 
@@ -41,37 +42,6 @@ class Part:
     def interval(self):
         """(values, low, high) for every cell of the matrix."""
         return self.interval_of(lambda v: v)
-
-
-def cached(path: Path, fingerprint: str, compute, log, w: World = World()):
-    """Load the CKAMatrix at `path` when it was computed with the same settings, else compute and save it.
-
-    In a group of processes (helpers.report.distributed) only process 0 reads and writes the file; it sends what it
-    loaded to the others, so that all take the same path (compute() then sums over every process)."""
-    old = share_from_main(_load_cached(path, fingerprint, log) if w.main else None, w)
-    if old is not None:
-        return old
-    result = compute()
-    result.meta["fingerprint"] = fingerprint
-    if w.main:
-        result.save(path)
-    return result
-
-
-def _load_cached(path: Path, fingerprint: str, log):
-    """The CKAMatrix at `path` when it was computed with the same settings, else None (the log says why)."""
-    from helpers.minibatch_cka import CKAMatrix
-
-    if path.exists():
-        try:
-            old = CKAMatrix.load(path)
-            if old.meta.get("fingerprint") == fingerprint:
-                log.append(f"{path.name}: loaded (finished earlier)")
-                return old
-            log.append(f"{path.name}: recomputed (it was made with other settings)")
-        except ValueError:
-            log.append(f"{path.name}: recomputed (the saved file could not be read)")
-    return None
 
 
 def _jobs(settings: Settings, model_a, model_b, images, controls: dict | None = None):
@@ -209,20 +179,6 @@ def _compute(settings: Settings, model_a, model_b, images, plan: dict, progress:
             "attention_exists": {"a": has_attention(model_a), "b": has_attention(model_b)},
             "readings": readings,
             "model_classes": {"a": type(model_a).__name__, "b": type(model_b).__name__}}
-
-
-def cached_arrays(path: Path, fingerprint: str, n_images: int, compute, log) -> dict:
-    """{name: numpy array} saved at `path` by an earlier run with the same settings and image count,
-    else compute() (a dict of arrays), saved there with both and returned."""
-    if path.exists():
-        with np.load(path, allow_pickle=False) as f:
-            if str(f["fingerprint"]) == fingerprint and int(f["n_images"]) == n_images:
-                log.append(f"{path.name}: loaded (finished earlier)")
-                return {k: f[k] for k in f.files if k not in ("fingerprint", "n_images")}
-    arrays = compute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, **arrays, n_images=n_images, fingerprint=np.array(fingerprint))
-    return arrays
 
 
 def cached_attention(settings: Settings, which: str, model, images, cache: Path, log) -> dict:
