@@ -32,7 +32,7 @@ from collections import OrderedDict
 
 import torch
 
-from helpers.autocast import forward_context
+from helpers.autocast import guarded
 from helpers.data import ImageSet, batches
 
 MAX_BYTES = 512 * 2**20  # 512 MiB: about 20 sets of a ViT's 13 layers on 2,048 images in batches of 256
@@ -129,9 +129,13 @@ class BatchGrams:
         stream = batches(self.images, self.model, self.batch_size)
         for _ in range(self.n_batches):
             x = next(stream)
-            with forward_context(self.amp):
+
+            def forward(x=x):
                 self.model(x)
-            grams = torch.stack(list(self.capture.take().values()))
+                return torch.stack(list(self.capture.take().values()))
+
+            # a float16 overflow (inf in the Grams) runs the batch again in float32 (helpers.autocast)
+            grams = guarded(forward, self.amp, f"{type(self.model).__name__}'s forward pass")
             computed.append(grams.cpu())
             if len(computed) == self.n_batches:  # before the last yield: a consumer may stop after it
                 _keep(self.key, self.images, computed)

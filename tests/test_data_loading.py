@@ -218,11 +218,10 @@ def test_forwards_under_autocast_keep_float32_grams_and_truthful_meta(vit, resne
     plain = compare.cka_matrix(vit, images, "blocks", model_b=resnet, batch_size=32, progress=False)
     assert plain.meta["amp"] is False and plain.meta["amp_dtype"] is None
     grams = []
-    monkeypatch.setattr(compare, "forward_dtype", lambda device, amp=None: torch.bfloat16)
-    monkeypatch.setattr(gram_cache, "forward_context", lambda dtype: autocast.forward_context(dtype, "cpu"))
     real = compare._gram_of_rows
     monkeypatch.setattr(compare, "_gram_of_rows", lambda rows: grams.append(real(rows)) or grams[-1])
-    half = compare.cka_matrix(vit, images, "blocks", model_b=resnet, batch_size=32, progress=False)
+    with autocast.emulated_on_cpu(torch.bfloat16):
+        half = compare.cka_matrix(vit, images, "blocks", model_b=resnet, batch_size=32, progress=False)
     assert half.meta["amp"] is True and half.meta["amp_dtype"] == "bfloat16"
     assert grams and all(g.dtype == torch.float32 for g in grams)  # fresh passes: not plain's kept Grams
     # bfloat16 features (8-bit mantissa) move CKA a little, and only a little
