@@ -15,7 +15,7 @@ import torch
 from jpeg_folder import write_jpeg_folder
 from PIL import Image
 
-from helpers import autocast, compare, data, gram_cache, image_cache, loading
+from helpers import autocast, compare, data, image_cache, loading
 
 N = 21  # not a multiple of the batch sizes used: the last batch is short
 

@@ -91,3 +91,82 @@ def test_two_processes_give_the_one_process_bundle(tmp_path):
     record_one, record_two = (json.loads((d / "settings.json").read_text()) for d in (tmp_path / "one", two_out))
     for key in ("n_images", "subsample_size", "resolved_layers_a", "resolved_layers_b", "fingerprint"):
         assert record_one[key] == record_two[key], key
+
+
+# --------------------------------------------------------------------------- the group's timeout and device
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _timeout_worker(rank, port, minutes, results):
+    import os
+    import time
+    from datetime import timedelta
+
+    from helpers.report.distributed import init_from_environment
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", RANK=str(rank),
+                      LOCAL_RANK=str(rank), COURSE_DIST_TIMEOUT_MINUTES=str(minutes), COURSE_DEVICE="cpu")
+    assert init_from_environment()
+    try:
+        backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+        assert backend.options._timeout == timedelta(minutes=minutes)  # the group got ours, not torch's default
+        if rank == 1:
+            time.sleep(3 * minutes * 60)  # late past the timeout: process 0 must give up, not wait
+            return
+        start = time.time()
+        try:
+            dist.barrier()
+            outcome = "waited"
+        except RuntimeError as error:
+            outcome = f"timed out after {time.time() - start:.1f} s: {str(error)[:80]}"
+        with open(results, "w") as f:
+            f.write(outcome)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_process_group_gets_its_timeout(tmp_path):
+    minutes = 0.02  # 1.2 s
+    results = tmp_path / "outcome.txt"
+    mp.spawn(_timeout_worker, args=(_free_port(), minutes, str(results)), nprocs=2, join=True)
+    outcome = results.read_text()
+    assert outcome.startswith("timed out"), outcome
+    assert float(outcome.split()[3]) < 3 * minutes * 60  # it gave up at its timeout, before process 1 came
+
+
+def test_the_timeout_and_device_settings(monkeypatch):
+    from datetime import timedelta
+
+    from helpers.report import distributed
+
+    monkeypatch.delenv(distributed.TIMEOUT_ENV, raising=False)
+    assert distributed.group_timeout() == timedelta(minutes=distributed.DEFAULT_TIMEOUT_MINUTES)
+    assert distributed.group_timeout() > timedelta(minutes=10)  # torch's nccl default, which process 0 outlasted
+    for bad in ("soon", "0", "-5", "nan"):
+        monkeypatch.setenv(distributed.TIMEOUT_ENV, bad)
+        with pytest.raises(ValueError, match="COURSE_DIST_TIMEOUT_MINUTES"):
+            distributed.group_timeout()
+    monkeypatch.setenv("COURSE_DEVICE", "cpu")
+    assert distributed.process_device() == torch.device("cpu")
+
+
+def test_an_explicit_gpu_under_torchrun_is_refused(monkeypatch):
+    from helpers.report import distributed
+
+    monkeypatch.setattr(distributed, "torch", torch)
+    monkeypatch.setattr("helpers.course.pick_device", lambda: torch.device("cuda", 0))
+    with pytest.raises(RuntimeError, match="COURSE_DEVICE=cuda"):
+        distributed.process_device()
+    monkeypatch.setattr("helpers.course.pick_device", lambda: torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert distributed.process_device() == torch.device("cuda", 1)  # each process its own GPU
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    with pytest.raises(RuntimeError, match="nproc_per_node"):
+        distributed.process_device()
