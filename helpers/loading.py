@@ -195,7 +195,7 @@ def file_batches(images, prep: Preprocessing, batch_size: int, device):
             yield to_device(batch, device)
         return
     entry = image_cache.Entry.for_images(images, prep)
-    source = entry.read(batch_size) if entry is not None and entry.usable() else None
+    source = entry.read(batch_size) if entry is not None and entry.usable() else None  # None: a miss
     if source is None:
         source = decoded(images, prep, batch_size, worker_count(images))
         if entry is not None and entry.rows is None:  # a subsample whose whole set's entry failed is not written
