@@ -202,3 +202,17 @@ def file_batches(images, prep: Preprocessing, batch_size: int, device):
             source = entry.write_through(source, len(images))
     for crops in source:
         yield prep.normalise(to_device(crops, device))
+
+
+def fill_cache(images, prep: Preprocessing, batch_size: int = 256) -> bool:
+    """Decode a set read from files once and write its disk-cache entry for `prep` (helpers.image_cache), unless an
+    entry of it, or of a set it was cut from, is there already, or it cannot be kept. True when this call wrote it.
+    The report's process 0 calls it before its shards start, so that each shard reads the entry."""
+    if prep.crop is None:
+        return False
+    entry = image_cache.Entry.for_images(images, prep)
+    if entry is None or entry.rows is not None or entry.usable():
+        return False
+    for _ in entry.write_through(decoded(images, prep, batch_size, worker_count(images)), len(images)):
+        pass
+    return entry.path.exists()

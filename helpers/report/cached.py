@@ -44,12 +44,19 @@ def _load_cached(path: Path, fingerprint: str, log):
 def cached_arrays(path: Path, fingerprint: str, n_images: int, compute, log) -> dict:
     """{name: numpy array} saved at `path` by an earlier run with the same settings and image count,
     else compute() (a dict of arrays), saved there with both and returned."""
-    if path.exists():
+    if arrays_saved(path, fingerprint, n_images):
         with np.load(path, allow_pickle=False) as f:
-            if str(f["fingerprint"]) == fingerprint and int(f["n_images"]) == n_images:
-                log.append(f"{path.name}: loaded (finished earlier)")
-                return {k: f[k] for k in f.files if k not in ("fingerprint", "n_images")}
+            log.append(f"{path.name}: loaded (finished earlier)")
+            return {k: f[k] for k in f.files if k not in ("fingerprint", "n_images")}
     arrays = compute()
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez(path, **arrays, n_images=n_images, fingerprint=np.array(fingerprint))
     return arrays
+
+
+def arrays_saved(path: Path, fingerprint: str, n_images: int) -> bool:
+    """True when `path` holds cached_arrays' result for these settings and this image count."""
+    if not path.exists():
+        return False
+    with np.load(path, allow_pickle=False) as f:
+        return str(f["fingerprint"]) == fingerprint and int(f["n_images"]) == n_images

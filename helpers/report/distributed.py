@@ -119,11 +119,12 @@ def init_from_environment() -> bool:
     return True
 
 
-def main_first(w: World, load, what: str):
+def main_first(w: World, load, what: str, others: bool = True):
     """load() on process 0 first (a download or an extraction: one process writes the folder), then on the others
-    once it is done. An error on process 0 is raised on every process, with its message (never a silent exit).
+    once it is done (others=False: on process 0 only, the others wait for it). An error on process 0 is raised on
+    every process, with its message (never a silent exit).
 
-    Returns load()'s value on this process. On one process: load()."""
+    Returns load()'s value on this process (None where it did not run). On one process: load()."""
     if not w.distributed:
         return load()
     error, value = None, None
@@ -137,7 +138,9 @@ def main_first(w: World, load, what: str):
         raise error
     if message is not None:
         raise ReportError(f"{what} failed on process 0: {message}")  # printed on this process too (bundle.main)
-    return value if w.main else load()
+    if w.main:
+        return value
+    return load() if others else None
 
 
 def n_batches(n_images: int, batch_size: int) -> int:
@@ -212,6 +215,22 @@ def sum_over_processes(values: list, w: World) -> list:
     tensor = torch.tensor(values, dtype=torch.float64, device=w.device)
     dist.all_reduce(tensor)
     return tensor.cpu().tolist()
+
+
+def gather_batches(mine: list, w: World) -> list | None:
+    """Per-batch results of the first image set (offset 0 in shards()) from every process, on process 0 in the order
+    one process forms the batches: batch k is process (k mod N)'s (k // N)-th. None on the other processes; `mine`
+    itself on one process. mine: this process's list, one item per batch of its shard, in order."""
+    import torch.distributed as dist
+
+    if not w.distributed:
+        return mine
+    everyone = [None] * w.size if w.main else None
+    dist.gather_object(mine, everyone, dst=0)
+    if not w.main:
+        return None
+    total = sum(len(x) for x in everyone)
+    return [everyone[k % w.size][k // w.size] for k in range(total)]
 
 
 def share_from_main(value, w: World):
