@@ -33,12 +33,13 @@ def test_shards_are_whole_batches_with_no_duplicates_and_no_gaps(n, batch, size)
             assert cut == one_process
 
 
-def _worker(rank, world_size, init_file, out, results_file):
+def _worker(rank, world_size, init_file, out, results_file, settings=None):
     torch.set_num_threads(1)
+    settings = SMALL if settings is None else settings
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
     try:
-        results = report.run(report.Settings(**SMALL, out=out), progress=False)
-        again = report.run(report.Settings(**SMALL, out=out), progress=False)  # a resume: every part from the cache
+        results = report.run(report.Settings(**settings, out=out), progress=False)
+        again = report.run(report.Settings(**settings, out=out), progress=False)  # a resume: every part from the cache
         if rank == 0:
             values = {name: part.full.values for name, part in results["parts"].items()}
             np.savez(results_file, **values)
@@ -58,9 +59,35 @@ def _csv_rows(path):
 
 
 def test_two_processes_give_the_one_process_bundle(tmp_path):
-    one = report.run(report.Settings(**SMALL, out=str(tmp_path / "one")), progress=False)
+    _same_bundle_on_one_and_two_processes(tmp_path, SMALL)
+
+
+def test_two_processes_on_image_files_give_the_one_process_bundle(tmp_path, monkeypatch):
+    """The torchrun path the lite track never takes: files decoded in threads, a disk cache shared by both processes
+    and small enough to evict (COURSE_IMAGE_CACHE_GB), an empty download folder."""
+    from jpeg_folder import write_jpeg_folder
+
+    from helpers import gram_cache, image_cache
+
+    folder = write_jpeg_folder(tmp_path / "jpegs", 43, side=48)
+    downloads, cache = tmp_path / "downloads", tmp_path / "image-cache"
+    downloads.mkdir()
+    monkeypatch.setenv("COURSE_DOWNLOAD_DIR", str(downloads))
+    monkeypatch.setenv(image_cache.DIR_ENV, str(cache))
+    monkeypatch.setenv(image_cache.CAP_ENV, "0.0003")  # 300 kB: two preprocessings of 43 crops (~130 kB each) at most
+    monkeypatch.setenv("COURSE_WORKERS", "2")
+    gram_cache.clear()
+    settings = {**SMALL, "images": str(folder)}
+    _same_bundle_on_one_and_two_processes(tmp_path, settings)
+    assert list(downloads.iterdir()) == []
+    assert image_cache.used_bytes() <= image_cache.cap_bytes()
+    assert not list(cache.glob("*.lock")) and not list(cache.glob("*.tmp"))  # every writer finished and cleaned up
+
+
+def _same_bundle_on_one_and_two_processes(tmp_path, settings):
+    one = report.run(report.Settings(**settings, out=str(tmp_path / "one")), progress=False)
     two_out, values_file = tmp_path / "two", tmp_path / "values.npz"
-    mp.spawn(_worker, args=(2, str(tmp_path / "init"), str(two_out), str(values_file)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, str(tmp_path / "init"), str(two_out), str(values_file), settings), nprocs=2, join=True)
 
     with np.load(values_file) as two:
         assert set(two.files) == set(one["parts"])
