@@ -153,3 +153,16 @@ def test_every_same_value_comparison_in_the_notebooks_is_accounted_for():
     unexplained = sorted(found - set(COMPARISONS))
     assert not unexplained, (f"notebooks {unexplained} compare values: say in COMPARISONS why autocast cannot move "
                              "them, or test them under emulated_on_cpu")
+
+
+def test_the_reports_fingerprint_and_methods_say_the_precision(tmp_path):
+    """A report resumed under another precision recomputes its parts instead of mixing float16 and float32 ones."""
+    from helpers import report
+
+    settings = report.Settings()
+    plain = settings.fingerprint()
+    with emulated_on_cpu(torch.float16):
+        half = settings.fingerprint()
+        with emulated_on_cpu(torch.bfloat16):
+            assert settings.fingerprint() not in (plain, half)
+    assert half != plain and settings.fingerprint() == plain

@@ -41,6 +41,7 @@ def _forwards_during_the_audit(monkeypatch, tmp_path) -> int:
 
 def test_the_audit_runs_no_model_again(monkeypatch, tmp_path):
     assert _forwards_during_the_audit(monkeypatch, tmp_path) == 0
+    assert "Forward passes ran on the CPU in float32." in (tmp_path / "METHODS.md").read_text()  # the precision, said
     assert gram_cache.kept_bytes() <= gram_cache.MAX_BYTES  # the pinned Grams are let go after the audit
 
 
