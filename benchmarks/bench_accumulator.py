@@ -7,21 +7,21 @@ Methods, all on the same features:
   naive         per-pair loop that re-forms both Grams for every pair (what a direct port does)
 Also the floor: the time to form the 68 Grams alone (plain X @ X.T per layer, nothing else), which
 a method that forms each Gram with one matrix product must pay.
-Prints times (best of --repeats runs, each in a fresh process, methods taken in turn), ratios, achieved
-Gram GFLOP/s, each method's peak memory, and the accumulator's largest |difference| from the same
-estimator with every step in float64 (features, Grams, sums). --markdown adds a table row for the README.
+Prints each method's median time with its spread (min-max) over --repeats runs in one process, methods taken
+in turn (benchmarks/timing.py), the ratio of medians, achieved Gram GFLOP/s, and the accumulator's largest
+|difference| from the same estimator with every step in float64 (features, Grams, sums). --markdown adds a table
+row for the README.
 
-    python benchmarks/bench_accumulator.py --skip-naive --markdown    # best of 3: about a minute on 2 idle cores
+    python benchmarks/bench_accumulator.py --skip-naive --markdown    # 5 runs each: about a minute on 2 idle cores
 """
 
 import argparse
-import resource
 import sys
 import time
 
 import torch
-from fresh_process import run_in_fresh_process
 from machine import describe
+from timing import alternate, median, ratio_summary, summary
 
 from helpers.minibatch_cka import MinibatchCKA, centered_gram, u_center_stack
 
@@ -92,49 +92,43 @@ def run_gram_floor(n_batches):
 METHODS = {"gram floor": run_gram_floor, "accumulator": run_accumulator, "loop-grams": run_loop_grams, "naive": run_naive}
 
 
-def timed(name, n_batches, threads, queue):
-    torch.set_num_threads(threads)
-    features(0)
-    start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # peak so far: imports + one batch of features
-    if name != "naive":  # warm up (thread pool, allocator) on one batch outside the clock
+def timed(name, n_batches):
+    """Seconds of one run of a method (after a warm-up batch outside the clock: thread pool, allocator)."""
+    if name != "naive":
         METHODS[name](1)
     start = time.perf_counter()
     METHODS[name](n_batches)
-    elapsed = time.perf_counter() - start
-    peak_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - start_rss) / 1024
-    queue.put((elapsed, peak_mb))
+    return time.perf_counter() - start
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=3, help="runs of each method; the fastest counts")
+    parser.add_argument("--repeats", type=int, default=5, help="runs of each method (median and min-max are shown)")
     parser.add_argument("--skip-naive", action="store_true", help="the naive loop is slow (minutes on 2 cores)")
     parser.add_argument("--markdown", action="store_true", help="also print a table row for README's Speed section")
     args = parser.parse_args()
 
     gram_flops = 2 * M * M * (sum(WIDTHS_A) + sum(WIDTHS_B)) * args.batches
-    print(f"{LA} x {LB} layers, batches of {M}, {args.batches} batches, {args.threads} threads, best of {args.repeats}\n")
+    print(f"{LA} x {LB} layers, batches of {M}, {args.batches} batches, {args.threads} threads, "
+          f"{args.repeats} runs each in one process, methods in turn\n")
+    torch.set_num_threads(args.threads)
+    features(0)
     names = [n for n in METHODS if not (n == "naive" and args.skip_naive)]
-    runs = {name: [] for name in names}
-    for _ in range(args.repeats):  # methods in turn, so that a busy moment does not hit one method only
-        for name in names:
-            if name == "naive" and runs[name]:
-                continue  # minutes per run, and far behind: once is enough
-            runs[name].append(run_in_fresh_process(timed, name, args.batches, args.threads))
-    times = {}
+    runs = alternate([n for n in names if n != "naive"], args.repeats, lambda name: timed(name, args.batches))
+    if "naive" in names:
+        runs["naive"] = [timed("naive", args.batches)]  # minutes per run, and far behind: once is enough
+    times = {name: median(runs[name]) for name in names}
     for name in names:
-        seconds, peak = min(runs[name])
-        times[name] = seconds
-        print(f"{name:12s} {seconds:8.2f} s   peak memory above the features {peak:7.1f} MB")
+        print(f"{name:12s} {summary(runs[name])}")
     floor = times["gram floor"]
-    print(f"\nGram throughput at the floor: {gram_flops / floor / 1e9:.1f} GFLOP/s")
-    print(f"accumulator / Gram floor: {times['accumulator'] / floor:.2f}x "
+    print(f"\nGram throughput at the floor: {gram_flops / floor / 1e9:.1f} GFLOP/s (median)")
+    print(f"accumulator / Gram floor: {ratio_summary(runs['accumulator'], runs['gram floor'])} "
           f"(achieved {gram_flops / times['accumulator'] / 1e9:.1f} GFLOP/s of Gram work)")
     for other in ("loop-grams", "naive"):
         if other in times:
-            print(f"{other} / accumulator: {times[other] / times['accumulator']:.1f}x slower")
+            print(f"{other} / accumulator: {times[other] / times['accumulator']:.1f}x slower (medians)")
 
     torch.set_num_threads(args.threads)
     difference = abs(run_accumulator(1) - run_loop_grams(1)).max()
@@ -145,9 +139,9 @@ def main():
         print(f"\n{describe(args.threads)}, `python benchmarks/bench_accumulator.py {' '.join(sys.argv[1:])}`:\n")
         print("| work | Gram floor (X X^T) | accumulator | accumulator / floor | loop-grams | error vs float64 |")
         print("|---|---|---|---|---|---|")
-        print(f"| {LA} x {LB} layers, {args.batches} batches of {M} | {floor:.2f} s ({gram_flops / floor / 1e9:.0f} GFLOP/s) "
-              f"| **{times['accumulator']:.2f} s** | **{times['accumulator'] / floor:.2f}x** "
-              f"| {times['loop-grams']:.2f} s ({times['loop-grams'] / times['accumulator']:.1f}x) | {error:.1e} |")
+        print(f"| {LA} x {LB} layers, {args.batches} batches of {M} | {summary(runs['gram floor'])} "
+              f"| **{summary(runs['accumulator'])}** | **{ratio_summary(runs['accumulator'], runs['gram floor'])}** "
+              f"| {summary(runs['loop-grams'])} | {error:.1e} |")
 
 
 if __name__ == "__main__":

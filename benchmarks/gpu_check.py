@@ -4,6 +4,7 @@
     python benchmarks/gpu_check.py --only 11 12    # some notebooks
     python benchmarks/gpu_check.py --no-rehearsal
     python benchmarks/gpu_check.py --autocast-only  # only the autocast comparison (about a minute)
+    python benchmarks/gpu_check.py --fixes-only     # only the checks of issue 41's fixes (about two minutes)
 
 Each notebook runs top to bottom in its own kernel with COURSE_TRACK=lite and COURSE_DEVICE=cuda
 (the tests pin the CPU, so this is the only run of the lite track on a GPU). A last cell added to
@@ -20,6 +21,12 @@ the largest difference of any CKA value from float32 and the seconds each took: 
 ResNet (trained, bundled) on 2,048 'shapes' images, and timm's ViT-B/16 and ResNet-50 (random
 weights: no download) on 256 JPEG files read through helpers.loading (threads, pinned memory,
 non-blocking copies, the disk cache).
+
+Then the checks of issue 41's fixes (fixes_check): a float16 overflow on CUDA runs the batch again in float32
+(helpers.autocast.guarded), the report's fingerprint differs between float16 and float32 runs, and the CPU tests
+that reproduce the audit's findings (forced autocast, image-cache races, the two-process report on image files, the
+process group's timeout, the highest-norm audit's reuse of Grams) pass on this machine too. Notebook 15 (cell 4:
+cka_matrix(amp=False) against the float32 joint pass) and notebook 12 (its maps' time) run among the notebooks.
 
 Needs a CUDA GPU; exits with a message on a machine without one.
 """
@@ -133,11 +140,55 @@ def torchrun_check(out: Path) -> str:
             f"largest difference between their tables {worst:.2e}")
 
 
+FIX_TESTS = ["tests/test_forced_autocast.py", "tests/test_image_cache_races.py", "tests/test_report_gram_reuse.py",
+             "tests/test_report_distributed.py", "tests/test_import_graph.py"]
+
+
+def fixes_check() -> str:
+    """Lines saying whether each fix of issue 41 holds on this GPU (see the module docstring)."""
+    import numpy as np
+    import torch
+
+    from helpers import compare, gram_cache, models
+    from helpers.data import image_set
+    from helpers.report import Settings
+
+    lines = []
+    images = image_set("shapes", count=256)
+    loud = models.load("lite-mixer", device="cuda")
+    with torch.no_grad():
+        loud.blocks[-1].mlp_channels.fc2.weight.mul_(1e5)  # leaves float16's range (65,504)
+    plain = compare.cka_matrix(loud, images, "blocks", batch_size=128, progress=False, amp=False)
+    gram_cache.clear()
+    try:
+        half = compare.cka_matrix(loud, images, "blocks", batch_size=128, progress=False, amp="fp16")
+        lines.append(f"float16 overflow on CUDA: fell back to float32, largest difference "
+                     f"{float(np.abs(half.values - plain.values).max()):.1e} (expected 0)")
+    except ValueError as error:
+        lines.append(f"float16 overflow on CUDA: FAILED, {error}")
+    env_before = os.environ.get("COURSE_AUTOCAST")
+    os.environ["COURSE_AUTOCAST"] = "off"
+    off = Settings().fingerprint()
+    os.environ.pop("COURSE_AUTOCAST")
+    on = Settings().fingerprint()
+    if env_before is not None:
+        os.environ["COURSE_AUTOCAST"] = env_before
+    lines.append(f"report fingerprint float32 vs float16: {'differ' if off != on else 'FAILED, equal'}")
+    start = time.time()
+    done = subprocess.run([sys.executable, "-m", "pytest", "-n", "0", "-q", "-p", "no:cacheprovider", *FIX_TESTS],
+                          cwd=ROOT, capture_output=True, text=True)
+    summary = (done.stdout.strip().splitlines() or ["(no output)"])[-1]
+    lines.append(f"issue 41's CPU tests on this machine: {summary} ({time.time() - start:.0f} s)"
+                 + ("" if done.returncode == 0 else " FAILED"))
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", help="notebook numbers, e.g. 11 12")
     parser.add_argument("--no-rehearsal", action="store_true")
     parser.add_argument("--autocast-only", action="store_true", help="only the autocast comparison")
+    parser.add_argument("--fixes-only", action="store_true", help="only the checks of issue 41's fixes")
     parser.add_argument("--out", default=str(ROOT / "outputs" / "gpu_check"))
     parser.add_argument("--timeout", type=int, default=900, help="seconds per cell")
     args = parser.parse_args(argv)
@@ -148,6 +199,11 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     print(f"GPU: {torch.cuda.get_device_name(0)}; torch {torch.__version__}")
+    fixes = fixes_check()
+    (out / "fixes.md").write_text(fixes + "\n")
+    print(fixes, flush=True)
+    if args.fixes_only:
+        return 1 if "FAILED" in fixes else 0
     amp_table = autocast_check()
     (out / "autocast.md").write_text(amp_table + "\n")
     if args.autocast_only:
@@ -162,7 +218,8 @@ def main(argv=None) -> int:
         print(f"{path.stem}: {rows[path.stem]}", flush=True)
     text = ("Autocast on CUDA (" + torch.cuda.get_device_name(0) + ")\n\n" + amp_table + "\n\n"
             "Lite track on CUDA (" + torch.cuda.get_device_name(0) + ")\n\n" + table(rows) + "\n")
-    failed = sum(bool(r["error"]) for r in rows.values())
+    text += "\nIssue 41's fixes\n\n" + fixes + "\n"
+    failed = sum(bool(r["error"]) for r in rows.values()) + ("FAILED" in fixes)
     if not args.no_rehearsal:
         start = time.time()
         done = subprocess.run([sys.executable, "-m", "pytest", "-n", "0", "-q", "-p", "no:cacheprovider",

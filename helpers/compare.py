@@ -25,7 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 from helpers import models
-from helpers.autocast import dtype_name, forward_context, forward_dtype
+from helpers.autocast import dtype_name, forward_dtype, guarded
 from helpers.attention import attention_of_heads
 from helpers.capture import Capture, is_vit
 from helpers.data import ImageSet, batches
@@ -197,8 +197,8 @@ def head_groups_cka(vit, cnn, images: ImageSet, head_groups: dict, cnn_layers, b
         with torch.no_grad(), capture:
             for x_vit, grams in tqdm(zip(batches(images, vit, batch_size), cnn_grams), total=len(cnn_grams),
                                      desc="CKA", disable=not progress):
-                with forward_context(dtype):
-                    outputs = attention_of_heads(vit, x_vit, block)[:, :, prefix:]  # (B, heads, patches, head_dim)
+                outputs = guarded(lambda x_vit=x_vit: attention_of_heads(vit, x_vit, block)[:, :, prefix:], dtype,
+                                  f"{type(vit).__name__}'s forward pass")  # (B, heads, patches, head_dim)
                 groups = torch.stack([_gram_of_rows(outputs[:, group].flatten(1)) for group in head_groups.values()])
                 accumulator.update_grams(groups, grams)
     info = {"model_a": type(vit).__name__, "model_b": type(cnn).__name__, "block": block,
@@ -292,9 +292,11 @@ def pooled_features(model, images: ImageSet, layers, policy: str, batch_size: in
     kept, total = {}, 0
     with torch.no_grad(), evaluating(model), Capture(model, layers, policy) as capture:
         for x in batches(images, model, batch_size):
-            with forward_context(dtype):
+            def forward(x=x):
                 model(x)
-            for name, rows in capture.take().items():
+                return capture.take()
+
+            for name, rows in guarded(forward, dtype, f"{type(model).__name__}'s forward pass").items():
                 kept.setdefault(name, []).append(rows.float().cpu())
                 total += rows.numel()
             if total > MAX_KEPT_VALUES:

@@ -33,53 +33,16 @@ import numpy as np
 import torch
 
 from helpers import download as download_lib
+from helpers import loading
 from helpers import shapes
 from helpers.course import DATA_DIR
-from helpers.guards import check_int
+from helpers.guards import check_images, check_int
+from helpers.image_types import FileImages, ImageSet  # noqa: F401  (re-exported: helpers.data.ImageSet)
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 # where downloaded image sets live (git-ignored); COURSE_DOWNLOAD_DIR puts them elsewhere (a Drive folder, say)
 DOWNLOAD_DIR = Path(os.environ.get("COURSE_DOWNLOAD_DIR") or DATA_DIR / "downloads")
 MAX_IMAGES_ENV = "COURSE_MAX_IMAGES"  # caps every image set (a quick trial run; the full-track rehearsal uses it)
-
-
-class FileImages:
-    """get(i) of an image set read from files: loader(paths[i]) -> PIL image.
-
-    A plain object rather than a closure, so that the files behind a set are known: helpers.image_cache
-    keys its entries on them (path, size, modification time), and it can be sent to another process.
-    loader must be a module-level function (read_rgb, or torchvision's own for Imagenette).
-    """
-
-    def __init__(self, paths, loader, parent: "FileImages | None" = None, rows: list | None = None):
-        self.paths, self.loader = [str(p) for p in paths], loader
-        self.parent, self.rows = parent, rows  # a subset: its images are the parent's images at `rows`
-
-    def __call__(self, i: int):
-        return self.loader(self.paths[i])
-
-    def __len__(self):
-        return len(self.paths)
-
-    def subset(self, indices) -> "FileImages":
-        """The files at `indices`, remembering the whole set they come from (its disk cache serves them too)."""
-        rows = [int(i) for i in indices] if self.parent is None else [self.rows[int(i)] for i in indices]
-        root = self if self.parent is None else self.parent
-        return FileImages([root.paths[r] for r in rows], self.loader, root, rows)
-
-
-@dataclass
-class ImageSet:
-    """A fixed, ordered set of images. get(i) returns a PIL image (full track) or a uint8 tensor (shapes)."""
-
-    name: str
-    count: int
-    get: callable
-    labels: list | None = None
-    tensor: torch.Tensor | None = None  # all images as one uint8 (N, 3, H, W) tensor, when they fit (shapes)
-
-    def __len__(self):
-        return self.count
 
 
 def _check_count(count, available: int, source: str) -> int:
@@ -353,9 +316,6 @@ def batches(images: ImageSet, model, batch_size: int = 256, device=None):
     A set held as one tensor (shapes, tensor_set) is normalised in one vectorised step per batch;
     any other is decoded in threads and cached on disk when read from files (helpers.loading).
     """
-    from helpers import loading
-    from helpers.guards import check_images
-
     check_images(images)
     batch_size = check_int(batch_size, "batch_size", 1)
     device = device or next(model.parameters(), torch.empty(0)).device

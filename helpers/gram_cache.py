@@ -19,7 +19,10 @@ A set of Grams is reused only when everything it depends on is the same as when 
   - the very same ImageSet object (for one held as a tensor, that tensor unchanged) and the batch size;
   - the device, and the autocast type of the forward passes (none, float16 or bfloat16).
 The Grams are kept on the CPU, MAX_BYTES in all at most (the least recently used are dropped first); a
-set too big to fit alone is never kept. clear() empties the cache. Results are the same with or without
+set too big to fit alone is never kept. clear() empties the cache. Inside `with pinned(models, images):`
+the Grams of those models on those images are kept whatever their size and never dropped, until the
+block ends: the report pins the full image set's, which its highest-norm audit reads after every
+subsample has run (at Imagenette's 3,925 images MAX_BYTES alone would have dropped them). Results are the same with or without
 it (tests/test_gram_cache.py compares them bit for bit).
 """
 
@@ -29,26 +32,49 @@ import itertools
 import weakref
 import zlib
 from collections import OrderedDict
+from contextlib import contextmanager
 
 import torch
 
-from helpers.autocast import forward_context
+from helpers.autocast import guarded
 from helpers.data import ImageSet, batches
 
 MAX_BYTES = 512 * 2**20  # 512 MiB: about 20 sets of a ViT's 13 layers on 2,048 images in batches of 256
 MIN_BATCH = 4  # unbiased HSIC needs at least 4 examples; a smaller last batch is skipped (helpers.compare)
 
 _CACHE: OrderedDict = OrderedDict()  # key -> (weak reference to the ImageSet, [(L, B, B) CPU tensors])
+_PINS: list = []  # (model ids, ImageSet ids) of each pinned() block now open
+_PINNED: set = set()  # the keys kept by an open pinned() block: never dropped while it is open
 
 
 def clear() -> None:
     """Forget every kept Gram (the memory is freed; later analyses run their models again)."""
     _CACHE.clear()
+    _PINNED.clear()
 
 
 def kept_bytes() -> int:
     """How much memory the kept Grams take now, in bytes."""
     return sum(_size(grams) for _, grams in _CACHE.values())
+
+
+@contextmanager
+def pinned(models: list, images: list):
+    """Inside the block, the Grams computed (or found) for any of `models` on any of `images` (ImageSets, by
+    identity) are kept whatever MAX_BYTES says; when the block ends they become ordinary entries again (the least
+    recently used dropped down to MAX_BYTES)."""
+    _PINS.append(({id(m) for m in models}, {id(i) for i in images if i is not None}))
+    try:
+        yield
+    finally:
+        _PINS.pop()
+        if not _PINS:
+            _PINNED.clear()
+            _trim()
+
+
+def _is_pinned(model, images) -> bool:
+    return any(id(model) in models and id(images) in sets for models, sets in _PINS)
 
 
 def _size(grams: list) -> int:
@@ -111,11 +137,14 @@ class BatchGrams:
         self.key = (model_fingerprint(model), taps, capture.policy, _images_token(images), batch_size, str(self.amp),
                     str(self.device))
         self.n_batches = len(images) // batch_size + (len(images) % batch_size >= MIN_BATCH)
-        entry = _CACHE.get(self.key) if MAX_BYTES > 0 else None
+        self.pin = _is_pinned(model, images)
+        entry = _CACHE.get(self.key) if MAX_BYTES > 0 or self.pin else None
         self.kept = None
         if entry is not None and entry[0]() is images:
             _CACHE.move_to_end(self.key)
             self.kept = entry[1]
+            if self.pin:
+                _PINNED.add(self.key)
 
     def __len__(self):
         return self.n_batches
@@ -129,20 +158,33 @@ class BatchGrams:
         stream = batches(self.images, self.model, self.batch_size)
         for _ in range(self.n_batches):
             x = next(stream)
-            with forward_context(self.amp):
+
+            def forward(x=x):
                 self.model(x)
-            grams = torch.stack(list(self.capture.take().values()))
+                return torch.stack(list(self.capture.take().values()))
+
+            # a float16 overflow (inf in the Grams) runs the batch again in float32 (helpers.autocast)
+            grams = guarded(forward, self.amp, f"{type(self.model).__name__}'s forward pass")
             computed.append(grams.cpu())
             if len(computed) == self.n_batches:  # before the last yield: a consumer may stop after it
-                _keep(self.key, self.images, computed)
+                _keep(self.key, self.images, computed, self.pin)
             yield grams
 
 
-def _keep(key, images: ImageSet, grams: list) -> None:
-    size = _size(grams)
-    if size > MAX_BYTES:
+def _keep(key, images: ImageSet, grams: list, pin: bool = False) -> None:
+    if _size(grams) > MAX_BYTES and not pin:
         return
     _CACHE[key] = (weakref.ref(images), grams)
     _CACHE.move_to_end(key)
-    while kept_bytes() > MAX_BYTES:
-        _CACHE.popitem(last=False)
+    if pin:
+        _PINNED.add(key)
+    _trim()
+
+
+def _trim() -> None:
+    """Drop the least recently used unpinned sets until the kept Grams fit in MAX_BYTES (pinned ones may exceed it)."""
+    total = kept_bytes()
+    for key in [k for k in _CACHE if k not in _PINNED]:
+        if total <= MAX_BYTES:
+            break
+        total -= _size(_CACHE.pop(key)[1])

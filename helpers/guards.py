@@ -17,6 +17,8 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
+from helpers.image_types import ImageSet
+
 
 def check_int(value, name: str, minimum: int, hint: str = "") -> int:
     """`value` as an int >= minimum; bools, floats and strings are refused. `hint`: what to do, for the message."""
@@ -35,8 +37,6 @@ def check_batch_size(batch_size) -> int:
 
 def check_images(images, name: str = "images"):
     """`images` must be a helpers.data.ImageSet (what image_set() returns)."""
-    from helpers.data import ImageSet
-
     if isinstance(images, ImageSet):
         return images
     hint = ""

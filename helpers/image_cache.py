@@ -19,6 +19,12 @@ read them back. Nothing else needs to know.
 - **Uint8, exact.** The crops are the transform's own input to its to-tensor step, so a cached pass
   gives the same batches, bit for bit, as decoding (tests/test_data_loading.py); a quarter of
   float32's size (Imagenette's 3,925 images at 224 px: 0.59 GB).
+- **Several processes** (torchrun's ranks, two notebooks) share the folder. A file another process just
+  evicted or replaced is a cache miss, never an error; one process writes an entry at a time (a
+  `<key>.lock` file made with O_EXCL: another process that wants the same entry decodes without writing),
+  and each entry appears by an atomic rename. A subset reads from the entry of any set it was cut from
+  (a torchrun shard of a 500-image sample reads the sample's entry), and the report lets process 0 write
+  the whole set's entries before the shards start (helpers.report.compute).
 - **Never trusted.** Written to a temporary file and renamed once complete (an interrupted pass
   leaves nothing behind); every image carries a CRC-32 in the file's header, checked before an
   entry is used. A truncated, damaged or foreign file is deleted, with a warning, and the images
@@ -40,6 +46,7 @@ from pathlib import Path
 import torch
 
 from helpers.course import OUTPUT_DIR
+from helpers.image_types import FileImages
 
 DIR_ENV = "COURSE_IMAGE_CACHE_DIR"
 CAP_ENV = "COURSE_IMAGE_CACHE_GB"
@@ -65,32 +72,45 @@ def cap_bytes() -> int:
     return int(gb * 1e9)
 
 
+def _stat(path: Path):
+    """os.stat of `path`, or None when another process has just deleted or renamed it."""
+    try:
+        return path.stat()
+    except FileNotFoundError:
+        return None
+
+
 def _entries(folder: Path) -> list:
-    return sorted(folder.glob("*.safetensors"), key=lambda p: p.stat().st_mtime)
+    """[(path, size)] of the entries in `folder`, least recently used first (files that vanish meanwhile left out)."""
+    found = [(p, _stat(p)) for p in folder.glob("*.safetensors")]
+    return [(p, st.st_size) for p, st in sorted(((p, st) for p, st in found if st is not None),
+                                                 key=lambda item: item[1].st_mtime)]
 
 
 def used_bytes() -> int:
     """Bytes the cache's entries take now."""
     folder = cache_dir()
-    return sum(p.stat().st_size for p in _entries(folder)) if folder.is_dir() else 0
+    return sum(size for _, size in _entries(folder)) if folder.is_dir() else 0
 
 
 def clear() -> None:
     """Delete every entry (the images are decoded again when next used)."""
-    for path in _entries(cache_dir()) if cache_dir().is_dir() else []:
+    for path, _ in _entries(cache_dir()) if cache_dir().is_dir() else []:
         path.unlink(missing_ok=True)
 
 
 def _make_room(folder: Path, needed: int, cap: int) -> None:
-    """Delete the least recently used entries (and dead passes' temporary files) until `needed` more bytes fit."""
-    for temp in folder.glob("*.tmp"):
-        if time.time() - temp.stat().st_mtime > STALE_TEMP_SECONDS:
+    """Delete the least recently used entries (and dead passes' temporary and lock files) until `needed` more bytes
+    fit. Another process may evict at the same moment: a file already gone is skipped."""
+    for temp in [*folder.glob("*.tmp"), *folder.glob("*.lock")]:
+        st = _stat(temp)
+        if st is not None and time.time() - st.st_mtime > STALE_TEMP_SECONDS:
             temp.unlink(missing_ok=True)
     entries = _entries(folder)
-    total = sum(p.stat().st_size for p in entries)
+    total = sum(size for _, size in entries)
     while entries and total + needed > cap:
-        oldest = entries.pop(0)
-        total -= oldest.stat().st_size
+        oldest, size = entries.pop(0)
+        total -= size
         oldest.unlink(missing_ok=True)
 
 
@@ -99,10 +119,25 @@ def _crc(image: torch.Tensor) -> int:
     return zlib.crc32(image.detach().cpu().contiguous().numpy())
 
 
-def _touch(path: Path) -> None:
-    """Mark as used now, to the nanosecond (the kernel's own clock for files ticks every few ms: ties)."""
+def _touch(path: Path) -> bool:
+    """Mark as used now, to the nanosecond (the kernel's own clock for files ticks every few ms: ties).
+    False when another process has just evicted the file."""
     now = time.time_ns()
-    os.utime(path, ns=(now, now))
+    try:
+        os.utime(path, ns=(now, now))
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _lock(path: Path):
+    """The right to write the entry at `path`: the path of a new lock file, or None when another process holds it."""
+    lock = path.with_suffix(".lock")
+    try:
+        os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return None
+    return lock
 
 
 def _header(key: str, shape: tuple, crcs: list) -> bytes:
@@ -123,16 +158,15 @@ class Entry:
     def for_images(cls, images, prep) -> "Entry | None":
         """The entry of `images` (an ImageSet) for `prep` (helpers.loading.Preprocessing); None when not cacheable.
 
-        A subsample of a set whose entry exists gets that entry, reading only its rows (entry.rows).
+        A subsample of a set whose entry exists gets that entry, reading only its rows (entry.rows): the entry of
+        the nearest set it was cut from that has one (FileImages.ancestors), else an entry of its own.
         """
-        from helpers.data import FileImages
-
         if not isinstance(images.get, FileImages) or cap_bytes() == 0:
             return None
-        if images.get.parent is not None:
-            whole = cls._of_files(images.get.parent, prep)
+        for above, rows in images.get.ancestors:
+            whole = cls._of_files(above, prep)
             if whole.path.exists():
-                whole.rows = images.get.rows
+                whole.rows = rows
                 return whole
         return cls._of_files(images.get, prep)
 
@@ -149,18 +183,20 @@ class Entry:
         return cls(cache_dir() / f"{key[:40]}.safetensors", key, len(files))
 
     def usable(self) -> bool:
-        """True when the file exists and every image in it checks out; a bad file is deleted, with a warning."""
+        """True when the file exists and every image in it checks out; a bad file is deleted, with a warning.
+        A file another process deletes meanwhile is a miss (False), not an error."""
         if not self.path.exists():
             return False
         try:
             self._verify()
+        except FileNotFoundError:  # evicted by another process between exists() and reading it
+            return False
         except Exception as error:  # truncated, damaged, another format: never trusted
             warnings.warn(f"The image cache file {self.path} is damaged ({type(error).__name__}: {str(error)[:120]}): "
                           "deleted; the images are decoded again.")
             self.path.unlink(missing_ok=True)
             return False
-        _touch(self.path)  # recently used: evicted last
-        return True
+        return _touch(self.path)  # recently used: evicted last (False: evicted meanwhile, a miss)
 
     def _verify(self) -> None:
         from safetensors import safe_open
@@ -186,26 +222,35 @@ class Entry:
                         raise ValueError(f"image {row} does not match its checksum")
 
     def read(self, batch_size: int):
-        """Yield the cached (B, 3, H, W) uint8 crops in order (after usable() said yes)."""
+        """The cached (B, 3, H, W) uint8 crops in order, as an iterator (after usable() said yes); None when another
+        process has deleted the file meanwhile (a miss). The file is opened here, so a later eviction cannot
+        break the pass (an open file's data stays readable on Linux and macOS; Windows refuses to delete it)."""
         from safetensors import safe_open
 
-        with safe_open(str(self.path), framework="pt") as handle:
-            images = handle.get_slice("images")
-            if self.rows is None:
-                for start in range(0, self.count, batch_size):
-                    yield images[start:start + batch_size]
-                return
-            for start in range(0, len(self.rows), batch_size):
-                yield torch.cat([images[row:row + 1] for row in self.rows[start:start + batch_size]])
+        try:
+            handle = safe_open(str(self.path), framework="pt")
+        except FileNotFoundError:
+            return None
+        return self._batches(handle, batch_size)
+
+    def _batches(self, handle, batch_size: int):
+        images = handle.get_slice("images")
+        if self.rows is None:
+            for start in range(0, self.count, batch_size):
+                yield images[start:start + batch_size]
+            return
+        for start in range(0, len(self.rows), batch_size):
+            yield torch.cat([images[row:row + 1] for row in self.rows[start:start + batch_size]])
 
     def write_through(self, batches, count: int):
         """Yield `batches` ((B, 3, H, W) uint8 crops) unchanged, writing them to this entry on the way.
 
         The file appears, renamed from a temporary one, as soon as all `count` images are written
         (before the last batch is yielded: a consumer may stop after it). A pass stopped early
-        writes nothing; a set bigger than the cap is not kept.
+        writes nothing; a set bigger than the cap is not kept; while another process writes the
+        same entry (its lock file exists), this one only decodes.
         """
-        handle, temp, crcs, done = None, None, [], False
+        handle, temp, crcs, done, lock = None, None, [], False, None
         try:
             for batch in batches:
                 if handle is None and not done:
@@ -215,6 +260,9 @@ class Entry:
                         done = True  # too big to keep: decode every time
                     else:
                         self.path.parent.mkdir(parents=True, exist_ok=True)
+                        lock = _lock(self.path)
+                        done = lock is None  # another process is writing this entry: one writer per entry
+                    if lock is not None:
                         _make_room(self.path.parent, reserved + count * batch[0].numel(), cap_bytes())
                         temp = self.path.with_name(f"{self.path.stem}.{uuid.uuid4().hex[:8]}.tmp")
                         handle = open(temp, "wb")
@@ -230,8 +278,12 @@ class Entry:
                         os.replace(temp, self.path)  # atomic: readers see the whole file or none
                         _touch(self.path)
                         handle, temp, done = None, None, True
+                        lock.unlink(missing_ok=True)
+                        lock = None
                 yield batch
         finally:
             if handle is not None:  # stopped early, or failed: leave nothing half-written
                 handle.close()
                 temp.unlink(missing_ok=True)
+            if lock is not None:
+                lock.unlink(missing_ok=True)

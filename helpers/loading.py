@@ -37,6 +37,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from helpers import image_cache
+from helpers.image_types import FileImages
+
 WORKERS_ENV = "COURSE_WORKERS"
 MAX_DEFAULT_WORKERS = 4
 AHEAD = 2  # batches decoded ahead of the one being used
@@ -60,8 +63,6 @@ def worker_count(images) -> int:
     function, a set made by hand) might not be safe to run in threads, or might draw random numbers,
     whose order threads would shuffle.
     """
-    from helpers.data import FileImages
-
     if not isinstance(images.get, FileImages):
         return 0
     text = os.environ.get(WORKERS_ENV, "").strip()
@@ -189,17 +190,29 @@ def file_batches(images, prep: Preprocessing, batch_size: int, device):
     Crops come from helpers.image_cache when it holds this set for this preprocessing; otherwise
     they are decoded (worker_count threads) and, after a whole pass, kept there for next time.
     """
-    from helpers import image_cache
-
     if prep.crop is None:  # no uint8 stage to keep or to send: the whole transform runs in the threads
         for batch in decoded(images, prep, batch_size, worker_count(images)):
             yield to_device(batch, device)
         return
     entry = image_cache.Entry.for_images(images, prep)
-    source = entry.read(batch_size) if entry is not None and entry.usable() else None
+    source = entry.read(batch_size) if entry is not None and entry.usable() else None  # None: a miss
     if source is None:
         source = decoded(images, prep, batch_size, worker_count(images))
         if entry is not None and entry.rows is None:  # a subsample whose whole set's entry failed is not written
             source = entry.write_through(source, len(images))
     for crops in source:
         yield prep.normalise(to_device(crops, device))
+
+
+def fill_cache(images, prep: Preprocessing, batch_size: int = 256) -> bool:
+    """Decode a set read from files once and write its disk-cache entry for `prep` (helpers.image_cache), unless an
+    entry of it, or of a set it was cut from, is there already, or it cannot be kept. True when this call wrote it.
+    The report's process 0 calls it before its shards start, so that each shard reads the entry."""
+    if prep.crop is None:
+        return False
+    entry = image_cache.Entry.for_images(images, prep)
+    if entry is None or entry.rows is not None or entry.usable():
+        return False
+    for _ in entry.write_through(decoded(images, prep, batch_size, worker_count(images)), len(images)):
+        pass
+    return entry.path.exists()

@@ -15,7 +15,7 @@ import torch
 from jpeg_folder import write_jpeg_folder
 from PIL import Image
 
-from helpers import autocast, compare, data, gram_cache, image_cache, loading
+from helpers import autocast, compare, data, image_cache, loading
 
 N = 21  # not a multiple of the batch sizes used: the last batch is short
 
@@ -218,11 +218,10 @@ def test_forwards_under_autocast_keep_float32_grams_and_truthful_meta(vit, resne
     plain = compare.cka_matrix(vit, images, "blocks", model_b=resnet, batch_size=32, progress=False)
     assert plain.meta["amp"] is False and plain.meta["amp_dtype"] is None
     grams = []
-    monkeypatch.setattr(compare, "forward_dtype", lambda device, amp=None: torch.bfloat16)
-    monkeypatch.setattr(gram_cache, "forward_context", lambda dtype: autocast.forward_context(dtype, "cpu"))
     real = compare._gram_of_rows
     monkeypatch.setattr(compare, "_gram_of_rows", lambda rows: grams.append(real(rows)) or grams[-1])
-    half = compare.cka_matrix(vit, images, "blocks", model_b=resnet, batch_size=32, progress=False)
+    with autocast.emulated_on_cpu(torch.bfloat16):
+        half = compare.cka_matrix(vit, images, "blocks", model_b=resnet, batch_size=32, progress=False)
     assert half.meta["amp"] is True and half.meta["amp_dtype"] == "bfloat16"
     assert grams and all(g.dtype == torch.float32 for g in grams)  # fresh passes: not plain's kept Grams
     # bfloat16 features (8-bit mantissa) move CKA a little, and only a little

@@ -90,10 +90,10 @@ def query_maps(model, x: torch.Tensor) -> dict:
 
 def cached_attention_maps(settings, which: str, model, images, cache: Path, log) -> dict:
     """The attention maps of model `which` ('a' or 'b') on the example images, cached as
-    <cache>/attention_maps_<which>.npz (helpers.report.compute.cached_arrays): query_maps' arrays plus
+    <cache>/attention_maps_<which>.npz (helpers.report.cached.cached_arrays): query_maps' arrays plus
     'indices' (E,), 'pixels' (E, H, W, 3), 'blocks' (the number of blocks), 'query' (the query token's name)."""
     from helpers.data import batches, subset
-    from helpers.report.compute import cached_arrays
+    from helpers.report.cached import cached_arrays
 
     indices = example_indices(images)
 

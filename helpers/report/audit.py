@@ -14,6 +14,8 @@ A few images of very large norm can dominate CKA (Nguyen, Raghu & Kornblith, 202
 (high_norm_audit) recomputes, for each layer under both readings, its CKA with the labels and its matched CKA
 (with its best match in the other model) without the layer's k highest-norm images (k = 1% of the images, at
 least 5; for a pair the union of both layers' k), from the Grams already computed: no forward pass is repeated.
+The report pins those Grams in helpers.gram_cache while its CKA parts run, so that they are still there, and under
+torchrun each process sends its shard's to process 0 (audit_grams).
 A value that moves by more than the half-width of its interval is flagged (high_norm_flags); no new threshold.
 
     audit = statistics_cka(model, images, "blocks", policy="all")   # CKAMatrix: rows layers, 2 columns
@@ -246,13 +248,32 @@ def moved(value: float, without: float, half_width: float) -> bool | None:
     return bool(abs(without - value) > half_width)
 
 
-def high_norm_audit(settings, model_a, model_b, images, parts: dict, readings: dict) -> dict:
+def audit_grams(settings, models: dict, shard, readings: dict, w) -> dict | None:
+    """{(which, reading): [(L, B, B) CPU Grams] one per batch of the whole image set, in order} on process 0 (None on
+    the others) for high_norm_audit. models: {'a': model, 'b': model}; shard: this process's shard of the image set
+    (the set itself on one process, None when it got no batch). Each process collects its shard's Grams (from
+    helpers.gram_cache when the CKA parts kept them: no forward pass) and process 0 gathers them
+    (helpers.report.distributed.gather_batches). Every process must call it, in the same order."""
+    from helpers.report.controls import READINGS
+    from helpers.report.distributed import gather_batches
+    from helpers.report.settings import layers_arg
+
+    out = {}
+    for r in READINGS:
+        for which, model in models.items():
+            layers = layers_arg(getattr(settings, f"layers_{which}"))
+            mine = [] if shard is None else collect_grams(model, shard, layers, readings[which][r], settings.batch_size)[1]
+            out[which, r] = gather_batches(mine, w)
+    return out if w.main else None
+
+
+def high_norm_audit(settings, model_a, model_b, images, parts: dict, readings: dict, grams: dict | None = None) -> dict:
     """{'<w>_<reading>_<quantity>': array}: for each layer of each model under each reading, its label CKA (labels)
     and its matched CKA (with its best match in the other model, from the full-data cross matrix) on all images
     ('..._all') and without the k highest-norm images ('..._without'; for a layer pair, the union of both layers'
     k), the interval half-width of the value ('..._noise', from the report's subsamples) and the other layer
     ('..._partner'); 'k' the number dropped per layer. Nguyen, Raghu & Kornblith (2022): a few images of very
-    large norm can dominate CKA."""
+    large norm can dominate CKA. grams: audit_grams' result (else collected here, from helpers.gram_cache when kept)."""
     from helpers.report.controls import READINGS, suffix
     from helpers.report.settings import layers_arg
 
@@ -267,29 +288,30 @@ def high_norm_audit(settings, model_a, model_b, images, parts: dict, readings: d
     out = {"k": np.array(k)}
     for r in READINGS:
         x = suffix(r)
-        grams = {w: collect_grams(m, images, layers_arg(getattr(settings, f"layers_{w}")), readings[w][r], bs)[1]
-                 for w, m in (("a", model_a), ("b", model_b))}
+        grams_r = {w: grams[w, r] if grams is not None else
+                   collect_grams(m, images, layers_arg(getattr(settings, f"layers_{w}")), readings[w][r], bs)[1]
+                   for w, m in (("a", model_a), ("b", model_b))}
         cross = parts[f"cross{x}"]
         values, low, high = cross.interval()
         for w, other in (("a", "b"), ("b", "a")):
-            n_layers = grams[w][0].shape[0]
-            tops = {(v, i): highest(squared_norms(grams[v], i), k) for v in (w, other)
-                    for i in range(grams[v][0].shape[0])}
+            n_layers = grams_r[w][0].shape[0]
+            tops = {(v, i): highest(squared_norms(grams_r[v], i), k) for v in (w, other)
+                    for i in range(grams_r[v][0].shape[0])}
             key = f"{w}_{r}"
             table = {q: [] for q in ("matched_all", "matched_without", "matched_noise", "matched_partner")}
             for i in range(n_layers):
                 j = int(values[i].argmax() if w == "a" else values[:, i].argmax())
                 cell = (i, j) if w == "a" else (j, i)
-                gx, gy = [g[i] for g in grams[w]], [g[j] for g in grams[other]]
+                gx, gy = [g[i] for g in grams_r[w]], [g[j] for g in grams_r[other]]
                 table["matched_all"].append(cka_without(gx, gy, set(), bs))
                 table["matched_without"].append(cka_without(gx, gy, tops[(w, i)] | tops[(other, j)], bs))
                 table["matched_noise"].append(float((high[cell] - low[cell]) / 2))
                 table["matched_partner"].append(j)
             if labels is not None and f"labels_{w}{x}" in parts:
                 lv, llo, lhi = parts[f"labels_{w}{x}"].interval()
-                label_grams = labels[:len(grams[w])]
-                table["labels_all"] = [cka_without([g[i] for g in grams[w]], label_grams, set(), bs) for i in range(n_layers)]
-                table["labels_without"] = [cka_without([g[i] for g in grams[w]], label_grams, tops[(w, i)], bs)
+                label_grams = labels[:len(grams_r[w])]
+                table["labels_all"] = [cka_without([g[i] for g in grams_r[w]], label_grams, set(), bs) for i in range(n_layers)]
+                table["labels_without"] = [cka_without([g[i] for g in grams_r[w]], label_grams, tops[(w, i)], bs)
                                            for i in range(n_layers)]
                 table["labels_noise"] = [float((lhi[i, 0] - llo[i, 0]) / 2) for i in range(n_layers)]
             out.update({f"{key}_{q}": np.array(v) for q, v in table.items()})

@@ -164,9 +164,9 @@ def main(argv=None) -> int:
     main_process = world().main
     try:
         results = run(settings)
-    except ReportError as error:
-        if main_process:
-            print(f"helpers.report: error: {error}", file=sys.stderr)
+    except ReportError as error:  # printed by every process (torchrun shows each one's), so none exits silently
+        where = f" (process {world().rank})" if world().distributed else ""
+        print(f"helpers.report{where}: error: {error}", file=sys.stderr)
         return 2
     finally:
         if started:

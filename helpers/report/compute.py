@@ -11,7 +11,8 @@ import numpy as np
 
 from helpers import intervals, zoo
 from helpers.data import subset
-from helpers.report.distributed import World, n_batches, reduce_state, share_from_main, shards, world
+from helpers.report.distributed import World, main_first, n_batches, reduce_state, share_from_main, shards, world
+from helpers.report.cached import arrays_saved, cached, cached_arrays  # noqa: F401  (helpers.report re-exports cached)
 from helpers.report.loading import control_models, has_attention
 from helpers.report.settings import ReportError, Settings, layers_arg
 
@@ -41,37 +42,6 @@ class Part:
     def interval(self):
         """(values, low, high) for every cell of the matrix."""
         return self.interval_of(lambda v: v)
-
-
-def cached(path: Path, fingerprint: str, compute, log, w: World = World()):
-    """Load the CKAMatrix at `path` when it was computed with the same settings, else compute and save it.
-
-    In a group of processes (helpers.report.distributed) only process 0 reads and writes the file; it sends what it
-    loaded to the others, so that all take the same path (compute() then sums over every process)."""
-    old = share_from_main(_load_cached(path, fingerprint, log) if w.main else None, w)
-    if old is not None:
-        return old
-    result = compute()
-    result.meta["fingerprint"] = fingerprint
-    if w.main:
-        result.save(path)
-    return result
-
-
-def _load_cached(path: Path, fingerprint: str, log):
-    """The CKAMatrix at `path` when it was computed with the same settings, else None (the log says why)."""
-    from helpers.minibatch_cka import CKAMatrix
-
-    if path.exists():
-        try:
-            old = CKAMatrix.load(path)
-            if old.meta.get("fingerprint") == fingerprint:
-                log.append(f"{path.name}: loaded (finished earlier)")
-                return old
-            log.append(f"{path.name}: recomputed (it was made with other settings)")
-        except ValueError:
-            log.append(f"{path.name}: recomputed (the saved file could not be read)")
-    return None
 
 
 def _jobs(settings: Settings, model_a, model_b, images, controls: dict | None = None):
@@ -153,8 +123,8 @@ def _compute(settings: Settings, model_a, model_b, images, plan: dict, progress:
     """
     from tqdm.auto import tqdm
 
+    from helpers import gram_cache
     from helpers.report.attention_maps import cached_attention_maps
-    from helpers.report.audit import high_norm_audit
     from helpers.report.controls import classifier_policy
 
     cache = Path(settings.out) / "cache"
@@ -169,6 +139,9 @@ def _compute(settings: Settings, model_a, model_b, images, plan: dict, progress:
     # Grams (helpers.gram_cache), which are kept for the same ImageSet object only
     image_sets = [images] + [subset(images, part) for part in parts_idx]
     here = world()
+    if here.distributed:  # process 0 decodes the images once, so that every shard reads its disk cache (image_cache)
+        main_first(here, lambda: fill_image_cache(images, [model_a, model_b], settings.batch_size),
+                   "Decoding the images into the disk cache", others=False)
     shard_sets = shards(image_sets, settings.batch_size, here)  # this process's whole minibatches of each set
     steps = [(name, k, state, finish) for k in range(-1, len(parts_idx)) for name, state, finish in jobs]
     parts = {name: Part(name, None, [], settings.level) for name, _, _ in jobs}
@@ -184,21 +157,24 @@ def _compute(settings: Settings, model_a, model_b, images, plan: dict, progress:
                 info["n_images_skipped"] = n - min(n, n_batches(n, settings.batch_size) * settings.batch_size)
         return finish(accumulator, info)
 
+    readings = {w: {"head": classifier_policy(m), "tokens": getattr(settings, f"policy_{w}")}
+                for w, m in (("a", model_a), ("b", model_b))}
     try:
-        for name, k, state, finish in tqdm(steps, desc="CKA parts", disable=not progress or not here.main):
-            where = cache / (f"{name}.npz" if k < 0 else f"{name}_sub{k:02d}.npz")
-            result = cached(where, fp, (lambda state=state, finish=finish, k=k: part(k, state, finish)), log, here)
-            if k < 0:
-                parts[name].full = result
-            else:
-                parts[name].subsamples.append(result)
+        # the trained models' Grams on (this process's shard of) all images stay kept until the highest-norm audit
+        # has read them, after every subsample: no model runs twice (helpers.gram_cache.pinned)
+        with gram_cache.pinned([model_a, model_b], [shard_sets[0]]):
+            for name, k, state, finish in tqdm(steps, desc="CKA parts", disable=not progress or not here.main):
+                where = cache / (f"{name}.npz" if k < 0 else f"{name}_sub{k:02d}.npz")
+                result = cached(where, fp, (lambda state=state, finish=finish, k=k: part(k, state, finish)), log, here)
+                if k < 0:
+                    parts[name].full = result
+                else:
+                    parts[name].subsamples.append(result)
+            high_norm = cached_high_norm(settings, model_a, model_b, images, shard_sets[0], parts, readings, cache, log,
+                                         here)
         on_main = (("a", model_a), ("b", model_b)) if here.main else ()  # not sharded: process 0 only
         attention = {w: cached_attention(settings, w, m, images, cache, log) if plan[w] else None for w, m in on_main}
         maps = {w: cached_attention_maps(settings, w, m, images, cache, log) if plan[w] else None for w, m in on_main}
-        readings = {w: {"head": classifier_policy(m), "tokens": getattr(settings, f"policy_{w}")}
-                    for w, m in (("a", model_a), ("b", model_b))}
-        high_norm = cached_arrays(cache / "high_norm.npz", fp, len(images), lambda: high_norm_audit(
-            settings, model_a, model_b, images, parts, readings), log) if here.main else None
         fields = {w: cached_receptive_fields(settings, w, m, images, cache, log) for w, m in on_main}
     except (ValueError, TypeError, KeyError) as error:
         raise ReportError(f"{error}") from None
@@ -211,18 +187,36 @@ def _compute(settings: Settings, model_a, model_b, images, plan: dict, progress:
             "model_classes": {"a": type(model_a).__name__, "b": type(model_b).__name__}}
 
 
-def cached_arrays(path: Path, fingerprint: str, n_images: int, compute, log) -> dict:
-    """{name: numpy array} saved at `path` by an earlier run with the same settings and image count,
-    else compute() (a dict of arrays), saved there with both and returned."""
-    if path.exists():
-        with np.load(path, allow_pickle=False) as f:
-            if str(f["fingerprint"]) == fingerprint and int(f["n_images"]) == n_images:
-                log.append(f"{path.name}: loaded (finished earlier)")
-                return {k: f[k] for k in f.files if k not in ("fingerprint", "n_images")}
-    arrays = compute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, **arrays, n_images=n_images, fingerprint=np.array(fingerprint))
-    return arrays
+def fill_image_cache(images, models: list, batch_size: int) -> None:
+    """Decode `images` once for each preprocessing of `models` into the disk cache (helpers.image_cache), unless
+    there already or too big to keep; a set held as a tensor (shapes) has nothing to decode."""
+    from helpers import loading
+
+    if images.tensor is not None:
+        return
+    done = set()
+    for model in models:
+        prep = loading.preprocessing(model)
+        key = repr(prep.fingerprint())
+        if key not in done:
+            done.add(key)
+            loading.fill_cache(images, prep, batch_size)
+
+
+def cached_high_norm(settings: Settings, model_a, model_b, images, shard, parts: dict, readings: dict, cache: Path,
+                     log, w: World):
+    """The highest-norm audit (helpers.report.audit) on process 0, from <cache>/high_norm.npz when finished earlier,
+    else from the Grams the CKA parts computed (gathered from every process's shard); None on the other processes.
+    Every process must call it: all take part in gathering the Grams."""
+    from helpers.report.audit import audit_grams, high_norm_audit
+
+    path = cache / "high_norm.npz"
+    saved = share_from_main(arrays_saved(path, settings.fingerprint(), len(images)) if w.main else None, w)
+    grams = None if saved else audit_grams(settings, {"a": model_a, "b": model_b}, shard, readings, w)
+    if not w.main:
+        return None
+    return cached_arrays(path, settings.fingerprint(), len(images), lambda: high_norm_audit(
+        settings, model_a, model_b, images, parts, readings, grams=grams), log)
 
 
 def cached_attention(settings: Settings, which: str, model, images, cache: Path, log) -> dict:

@@ -20,15 +20,23 @@ attention distances (the first --attention-count images), the receptive fields (
 (helpers.report.measures, a fixed subsample of images), the verdicts and the bundle. Process 0 alone reads and
 writes <out>/cache: it says which parts are finished and sends them to the others, so a resume needs no shared disk
 and every process takes the same path. Device: each process uses cuda:LOCAL_RANK when CUDA exists (backend nccl),
-else the CPU (backend gloo).
+else the CPU (backend gloo); COURSE_DEVICE=cpu puts every process on the CPU (gloo) even on a GPU machine.
+
+Waiting. Process 0 works alone at two points while the others wait: before anything, it downloads and extracts the
+images (the others then read the same folder), and after the CKA parts it computes what is not sharded and writes the
+bundle. torch's default timeout (10 minutes for nccl) is too short for that at ImageNet scale or on a slow network, so
+the group gets COURSE_DIST_TIMEOUT_MINUTES (default 180) instead.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
+
+from helpers.report.settings import ReportError
 
 
 @dataclass(frozen=True)
@@ -59,23 +67,80 @@ def world() -> World:
     return World(dist.get_rank(), dist.get_world_size(), device)
 
 
+TIMEOUT_ENV = "COURSE_DIST_TIMEOUT_MINUTES"
+DEFAULT_TIMEOUT_MINUTES = 180  # process 0's download and its unsharded work at ImageNet scale, with room to spare
+
+
+def group_timeout() -> timedelta:
+    """How long a process waits for the others at a collective: COURSE_DIST_TIMEOUT_MINUTES, default 180."""
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    try:
+        minutes = float(text) if text else DEFAULT_TIMEOUT_MINUTES
+    except ValueError:
+        minutes = -1.0
+    if not minutes > 0:  # also NaN
+        raise ValueError(f"{TIMEOUT_ENV}={text!r}: give how many minutes a process may wait for the others "
+                         f"(e.g. {DEFAULT_TIMEOUT_MINUTES}), or unset it.")
+    return timedelta(minutes=minutes)
+
+
+def process_device() -> torch.device:
+    """This process's device under torchrun: cuda:LOCAL_RANK on a GPU machine, the CPU when there is none or when
+    COURSE_DEVICE=cpu. An explicit GPU (COURSE_DEVICE=cuda:1) would put every process on one GPU: refused."""
+    from helpers.course import pick_device
+
+    device = pick_device()
+    if device.type != "cuda":
+        return torch.device("cpu")
+    if device.index is not None:
+        raise RuntimeError(f"COURSE_DEVICE={os.environ.get('COURSE_DEVICE')!r} under torchrun would put every process "
+                           "on one GPU: set COURSE_DEVICE=cuda (each process then takes cuda:LOCAL_RANK) or unset it.")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if local >= torch.cuda.device_count():
+        raise RuntimeError(f"LOCAL_RANK {local} but this machine has {torch.cuda.device_count()} GPU(s): "
+                           "give torchrun --nproc_per_node at most the number of GPUs.")
+    return torch.device("cuda", local)
+
+
 def init_from_environment() -> bool:
     """Start the process group when launched by torchrun (WORLD_SIZE > 1 in the environment) and none is running:
-    nccl on cuda:LOCAL_RANK when CUDA exists, else gloo on the CPU. Returns True when it started one."""
+    nccl on cuda:LOCAL_RANK when CUDA is used, else gloo on the CPU (process_device), with group_timeout().
+    Returns True when it started one."""
     import torch.distributed as dist
 
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
         return False
-    if torch.cuda.is_available():
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-        if local >= torch.cuda.device_count():
-            raise RuntimeError(f"LOCAL_RANK {local} but this machine has {torch.cuda.device_count()} GPU(s): "
-                               "give torchrun --nproc_per_node at most the number of GPUs.")
-        torch.cuda.set_device(local)  # models.load's "cuda" is then this process's GPU
-        dist.init_process_group("nccl")
-    else:
-        dist.init_process_group("gloo")
+    device, timeout = process_device(), group_timeout()
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # models.load's "cuda" (pick_device) is then this process's GPU
+        dist.init_process_group("nccl", timeout=timeout)
+    else:  # no GPU, or COURSE_DEVICE=cpu: the models load on the CPU (pick_device) and gloo sums CPU tensors
+        dist.init_process_group("gloo", timeout=timeout)
     return True
+
+
+def main_first(w: World, load, what: str, others: bool = True):
+    """load() on process 0 first (a download or an extraction: one process writes the folder), then on the others
+    once it is done (others=False: on process 0 only, the others wait for it). An error on process 0 is raised on
+    every process, with its message (never a silent exit).
+
+    Returns load()'s value on this process (None where it did not run). On one process: load()."""
+    if not w.distributed:
+        return load()
+    error, value = None, None
+    if w.main:
+        try:
+            value = load()
+        except Exception as caught:  # noqa: BLE001 (sent to the others, then raised again here)
+            error = caught
+    message = share_from_main(None if error is None else str(error), w)
+    if error is not None:
+        raise error
+    if message is not None:
+        raise ReportError(f"{what} failed on process 0: {message}")  # printed on this process too (bundle.main)
+    if w.main:
+        return value
+    return load() if others else None
 
 
 def n_batches(n_images: int, batch_size: int) -> int:
@@ -150,6 +215,22 @@ def sum_over_processes(values: list, w: World) -> list:
     tensor = torch.tensor(values, dtype=torch.float64, device=w.device)
     dist.all_reduce(tensor)
     return tensor.cpu().tolist()
+
+
+def gather_batches(mine: list, w: World) -> list | None:
+    """Per-batch results of the first image set (offset 0 in shards()) from every process, on process 0 in the order
+    one process forms the batches: batch k is process (k mod N)'s (k // N)-th. None on the other processes; `mine`
+    itself on one process. mine: this process's list, one item per batch of its shard, in order."""
+    import torch.distributed as dist
+
+    if not w.distributed:
+        return mine
+    everyone = [None] * w.size if w.main else None
+    dist.gather_object(mine, everyone, dst=0)
+    if not w.main:
+        return None
+    total = sum(len(x) for x in everyone)
+    return [everyone[k % w.size][k // w.size] for k in range(total)]
 
 
 def share_from_main(value, w: World):

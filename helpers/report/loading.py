@@ -4,6 +4,7 @@ and the images, all checked before anything is computed."""
 from __future__ import annotations
 
 from helpers import models
+from helpers.report.distributed import main_first, world
 from helpers.report.settings import ReportError, Settings
 
 
@@ -56,7 +57,8 @@ def load_inputs(settings: Settings):
         raise ReportError(f"--level {settings.level}: give a coverage between 0 and 1, e.g. 0.9.")
     model_a, model_b = load_model(settings.model_a, "A", settings.weights_a), load_model(settings.model_b, "B", settings.weights_b)
     plan = attention_plan(settings, model_a, model_b)
-    images = load_images(settings)
+    # under torchrun process 0 downloads and extracts the images alone, then the others read its folder
+    images = main_first(world(), lambda: load_images(settings), f"Loading --images {settings.images}")
     if settings.repeats and len(images) // settings.repeats < 20:
         raise ReportError(f"{len(images)} images in {settings.repeats} subsamples give {len(images) // settings.repeats} "
                           "images each: use fewer --repeats, more --count, or --repeats 0 (no intervals).")

@@ -50,7 +50,18 @@ class Settings:
         for key in ("weights_a", "weights_b", "reference_a", "reference_b"):
             if numbers[key]:
                 numbers[key] = file_sha256(numbers[key])
+        numbers.update(precision())  # a part computed in float16 on a GPU is never resumed into a float32 run
         return hashlib.sha256(json.dumps(numbers, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def precision() -> dict:
+    """{'device': 'cuda' or 'cpu', 'autocast': 'float16', 'bfloat16' or None}: where the forward passes run and in
+    which type (helpers.autocast), for the fingerprint and METHODS.md."""
+    from helpers.autocast import dtype_name, forward_dtype
+    from helpers.course import pick_device
+
+    device = pick_device()
+    return {"device": device.type, "autocast": dtype_name(forward_dtype(device))}
 
 
 def file_sha256(path) -> str:

@@ -281,6 +281,12 @@ def methods_text(results: dict, settings: Settings) -> str:
                   "for a pair, both layers' k), the norm measured from the minibatch mean; the summary flags a value "
                   "that moves by more than the half-width of its interval. The matched-depth correlation is not "
                   "recomputed this way.")
+    from helpers.report.settings import precision
+
+    run_on = precision()
+    paragraph += (f" Forward passes ran on the {'GPU' if run_on['device'] == 'cuda' else 'CPU'}"
+                  + (f" under {run_on['autocast']} autocast (Grams float32, sums float64)." if run_on["autocast"] else
+                     " in float32."))
     paragraph += (f" Software: Python {v['python']}, PyTorch {v['torch']}, timm {v['timm']}, NumPy {v['numpy']}, "
                   f"Matplotlib {v['matplotlib']}, course helpers at commit {v['course_commit']}.")
     refs = "\n".join(f"- {r}" for r in references(results, settings))
