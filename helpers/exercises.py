@@ -155,7 +155,7 @@ def check_head_distances(fn):
 def check_equal_brightness_answer(case: str, pixels: np.ndarray, got: np.ndarray) -> None:
     """Raise AssertionError unless `got` is `pixels` moved to mean 127.5 by one shift, clipped to 0-255 (uint8).
 
-    Shared by the notebook's check and the grader (helpers.grade_cases), which judges a returned array.
+    Shared by the notebook's check and the grader (helpers.grade.cases), which judges a returned array.
     """
     if got.shape != pixels.shape or got.dtype != np.uint8:
         raise AssertionError(f"{case}: expected a uint8 array of shape {pixels.shape}, got {got.dtype} {got.shape}.")

@@ -22,7 +22,7 @@ from helpers.exercises import _compare, check_equal_brightness_answer
 
 @dataclass
 class Model:
-    """An argument the sandbox builds itself (helpers.grade_child.build_model), the same as the grader's."""
+    """An argument the sandbox builds itself (helpers.grade.child.build_model), the same as the grader's."""
 
     kind: str
     seed: int
@@ -148,7 +148,7 @@ def _minibatch_reference(X, Y, batch_size):
 def _judge_record_output(case: Case, yours: dict) -> None:
     import torch
 
-    from helpers.grade_child import build_model
+    from helpers.grade.child import build_model
 
     model_spec, name, x = case.args
     model = build_model(model_spec.kind, model_spec.seed)
