@@ -10,24 +10,37 @@ from __future__ import annotations
 import numpy as np
 
 from helpers import cka as reference
+from helpers.slips import name_the_slip
 
 
 def _feature_cases(seed: int = 0):
-    """A few (description, X, Y) cases: tall, wide, offset and tiny feature matrices."""
+    """A few (description, X, Y) cases: tall, wide, offset and tiny feature matrices, X and Y of different widths.
+
+    The large, uneven mean offset makes a missing centring fail by a lot, not by a rounding-sized amount."""
     rng = np.random.default_rng(seed)
     X1 = rng.normal(size=(30, 5))
     X2 = rng.normal(size=(12, 40))
     X3 = rng.normal(loc=3.0, size=(25, 8))
     X4 = rng.normal(size=(6, 3))
+    X5 = rng.normal(size=(20, 6)) + rng.uniform(10, 40, size=6)
     return [
         ("30 examples x 5 features", X1, X1 @ rng.normal(size=(5, 7)) + 0.3 * rng.normal(size=(30, 7))),
         ("12 examples x 40 features (p > n)", X2, rng.normal(size=(12, 9))),
         ("25 examples, features offset by +3", X3, np.tanh(X3) + rng.normal(size=(25, 8))),
         ("6 examples x 3 features", X4, X4[:, :2] ** 2),
+        ("20 examples, 6 vs 11 features, offset by +10 to +40", X5,
+         np.hstack([X5[:, :3] ** 2, rng.normal(size=(20, 8))]) - rng.uniform(5, 20, size=11)),
     ]
 
 
+def _gram_cases(seed: int) -> list:
+    """(description, (K, L)): the linear Grams of _feature_cases."""
+    return [(case, (X @ X.T, Y @ Y.T)) for case, X, Y in _feature_cases(seed)]
+
+
 def _compare(name, yours, expected, case, atol=1e-8):
+    if yours is None:
+        raise AssertionError(f"{name} on '{case}': your function returned None. Did you forget the `return`?")
     yours = np.asarray(yours, dtype=float)
     expected = np.asarray(expected, dtype=float)
     if yours.shape != expected.shape:
@@ -40,50 +53,78 @@ def _compare(name, yours, expected, case, atol=1e-8):
             f"  yours    (start): {np.round(yours.ravel()[:4], 4)}")
 
 
-def _run(name, cases, your_call, reference_call):
-    for case, X, Y in cases:
-        _compare(name, your_call(X, Y), reference_call(X, Y), case)
-    print(f"✔ {name} matches helpers.cka on all {len(cases)} cases.")
+def _run(exercise, cases, fn, reference_fn, name=None, atol=1e-8, source="helpers.cka"):
+    """Compare fn(*args) with reference_fn(*args) on every (description, args) case.
+
+    On a failure, the answers are compared with the usual wrong ones (helpers.slips): a known slip is
+    named with its fix; anything else keeps the case and the numbers."""
+    name = name or exercise
+    answers = [fn(*args) for _, args in cases]
+    try:
+        for (case, args), yours in zip(cases, answers):
+            _compare(name, yours, reference_fn(*args), case, atol)
+    except AssertionError as failure:
+        slip = name_the_slip(exercise, [(args, yours) for (_, args), yours in zip(cases, answers)])
+        if slip is None:
+            raise
+        raise AssertionError(f"{name}: {slip.message}") from failure
+    print(f"✔ {name} matches {source} on all {len(cases)} cases.")
 
 
 def check_gram_linear(fn):
     """fn(X) -> (n, n) linear Gram matrix."""
-    _run("gram_linear", _feature_cases(), lambda X, Y: fn(X), lambda X, Y: reference.gram_linear(X))
+    _run("gram_linear", [(case, (X,)) for case, X, _ in _feature_cases()], fn, reference.gram_linear)
 
 
 def check_gram_rbf(fn):
     """fn(X, threshold) -> (n, n) RBF Gram matrix, bandwidth = threshold x median distance."""
     for threshold in (0.5, 1.0, 2.0):
-        _run(f"gram_rbf(threshold={threshold})", _feature_cases(1),
-             lambda X, Y: fn(X, threshold), lambda X, Y: reference.gram_rbf(X, threshold))
+        _run("gram_rbf", [(case, (X, threshold)) for case, X, _ in _feature_cases(1)], fn, reference.gram_rbf,
+             name=f"gram_rbf(threshold={threshold})")
 
 
 def check_center_gram(fn):
     """fn(K) -> H K H, the centered Gram matrix."""
-    _run("center_gram", _feature_cases(2), lambda X, Y: fn(X @ X.T),
-         lambda X, Y: reference.center_gram(X @ X.T))
+    _run("center_gram", [(case, (K,)) for case, (K, _) in _gram_cases(2)], fn, reference.center_gram)
 
 
 def check_hsic(fn):
     """fn(K, L) -> biased HSIC, tr(K H L H) / (n-1)^2."""
-    _run("hsic", _feature_cases(3), lambda X, Y: fn(X @ X.T, Y @ Y.T),
-         lambda X, Y: reference.hsic(X @ X.T, Y @ Y.T))
+    _run("hsic", _gram_cases(3), fn, reference.hsic)
 
 
 def check_cka(fn):
     """fn(K, L) -> linear or any-kernel CKA from two Gram matrices (biased HSIC)."""
-    _run("cka", _feature_cases(4), lambda X, Y: fn(X @ X.T, Y @ Y.T),
-         lambda X, Y: reference.cka(X @ X.T, Y @ Y.T))
-    X = _feature_cases(4)[0][1]
-    value = fn(X @ X.T, X @ X.T)
+    _run("cka", _gram_cases(4), fn, reference.cka)
+    K = _gram_cases(4)[0][1][0]
+    value = fn(K, K)
     if not np.isclose(value, 1.0, atol=1e-10):
-        raise AssertionError(f"cka(K, K) should be exactly 1, yours gives {value:.6f}.")
+        raise AssertionError(f"cka(K, K) should be exactly 1, yours gives {float(np.ravel(value)[0]):.6f}.")
 
 
 def check_hsic_unbiased(fn):
     """fn(K, L) -> unbiased HSIC (Song et al. 2012); needs n >= 4."""
-    _run("hsic_unbiased", _feature_cases(5), lambda X, Y: fn(X @ X.T, Y @ Y.T),
-         lambda X, Y: reference.hsic_unbiased(X @ X.T, Y @ Y.T))
+    _run("hsic_unbiased", _gram_cases(5), fn, reference.hsic_unbiased)
+
+
+def minibatch_reference(X, Y, batch_size):
+    """Minibatch CKA of exercise 4.2 by helpers.minibatch_cka: X (n, p1), Y (n, p2), n a multiple of batch_size."""
+    from helpers.minibatch_cka import MinibatchCKA
+
+    accumulator = MinibatchCKA(["X"], ["Y"])
+    for start in range(0, len(X), batch_size):
+        accumulator.update({"X": X[start:start + batch_size]}, {"Y": Y[start:start + batch_size]})
+    return accumulator.result().cell("X", "Y")
+
+
+def check_minibatch_cka(fn):
+    """fn(X, Y, batch_size) -> minibatch CKA (unbiased HSIC summed over consecutive batches)."""
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(48, 10))
+    offset = rng.uniform(5, 15, size=10)  # so that a missing centring fails clearly
+    cases = [("48 examples in batches of 8, 10 vs 12 features", (X + offset, np.tanh(X @ rng.normal(size=(10, 12))), 8)),
+             ("48 examples in batches of 16, 10 vs 5 features", (X + offset, X[:, :5] ** 2 + rng.normal(size=(48, 5)), 16))]
+    _run("minibatch_cka", cases, fn, minibatch_reference, atol=1e-6, source="helpers.minibatch_cka")
 
 
 def check_record_output(fn):
