@@ -269,3 +269,157 @@ def check_cka_without_highest(fn):
             raise AssertionError("your function returned None: return the CKA, a number.")
         _compare("cka_without_highest", np.float64(got), np.float64(cka_without_highest(X, Y, k)), case, atol=1e-8)
     print("✔ cka_without_highest matches helpers.report.audit on all 4 cases, dominant images included.")
+
+
+# -- notebooks 07-15: checks on non-square, asymmetric cases, and the course's answers that the cells
+#    below an exercise use while it is unsolved (here, so that no student copy shows them under the stub)
+
+def reference_matched_depth(values) -> np.ndarray:
+    """(rows, columns) CKA -> (rows,) relative depth of each row's best column: its index / (columns - 1)."""
+    values = np.asarray(values)
+    return values.argmax(axis=1) / (values.shape[1] - 1)
+
+
+def check_matched_depth(fn):
+    """fn(values) -> (rows,) relative depth of each row's best column (exercise 7.1).
+
+    The matrices are non-square and their row and column maxima differ, so the best row of each
+    column (argmax over axis 0) fails here instead of in the cells below."""
+    rng = np.random.default_rng(7)
+    example = np.array([[0.9, 0.5, 0.1, 0.2],
+                        [0.2, 0.3, 0.8, 0.1],
+                        [0.1, 0.4, 0.7, 0.3],
+                        [0.6, 0.9, 0.2, 0.1],
+                        [0.1, 0.2, 0.3, 0.95]])
+    cases = [("a 5 x 4 example", (example,)), ("9 ResNet layers x 6 ViT blocks", (rng.random((9, 6)),)),
+             ("3 ResNet layers x 8 ViT blocks", (rng.random((3, 8)),))]
+    _run("matched_depth", cases, fn, reference_matched_depth, source="the course's version")
+
+
+def check_mass_radius(fn):
+    """fn(erf, centre, fraction) -> radius (px) of the smallest disc around centre (row, col) holding `fraction` of the mass."""
+    from helpers.receptive_fields import mass_radius
+
+    rng = np.random.default_rng(0)
+    cases = [("a uniform 9 x 9 map, centre (4, 4)", (np.ones((9, 9)), (4, 4), 0.5)),
+             ("a random 7 x 12 map, centre (2.0, 8.5), fraction 0.9", (rng.random((7, 12)), (2.0, 8.5), 0.9)),
+             ("a diagonal 10 x 10 map from a corner, fraction 0.25", (np.eye(10), (0, 0), 0.25)),
+             ("one bright spot in a 6 x 11 map, centre (1, 3)", (np.pad(np.ones((1, 1)), ((4, 1), (9, 1))) + 0.01, (1, 3), 0.5))]
+    _run("my_mass_radius", cases, fn, mass_radius, source="helpers.receptive_fields.mass_radius")
+
+
+def check_mlp_ratio(fn, vit, x, blocks=None):
+    """fn(block, z) -> (tokens,) ratio ||u|| / ||f(u)|| of the MLP branch, for the inputs z of `vit`'s blocks on images x."""
+    import torch
+
+    from helpers.residuals import vit_norm_ratios
+
+    blocks = blocks or (0, 2, len(vit.blocks) - 1)
+    reference = vit_norm_ratios(vit, x).mlp
+    inputs = {}
+    hooks = [vit.blocks[i].register_forward_pre_hook(lambda _m, inp, i=i: inputs.__setitem__(i, inp[0])) for i in blocks]
+    try:
+        with torch.no_grad():
+            vit(x)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    cases = [(f"block {i}", (vit.blocks[i], inputs[i])) for i in blocks]
+
+    def yours(block, z):
+        with torch.no_grad():
+            out = fn(block, z)
+        return out.detach().cpu().numpy() if torch.is_tensor(out) else out
+
+    expected = {id(block): reference[i] for i, (_, (block, _)) in zip(blocks, cases)}
+    _run("my_mlp_ratio", cases, yours, lambda block, z: expected[id(block)], atol=1e-6, source="helpers.residuals")
+
+
+def check_own_patch_rank(fn):
+    """fn(maps) -> (T,) how many patches score higher than each token's own, for a (T, T) token-by-patch map."""
+    from helpers.localization import localization_scores
+
+    rng = np.random.default_rng(12)
+    cases = []
+    for rows, cols in ((3, 4), (2, 5), (4, 4)):  # non-square grids; random maps are not symmetric
+        maps = rng.random((rows * cols, rows * cols))
+        cases.append((f"{rows * cols} tokens on a {rows} x {cols} grid", (maps,)))
+    # the rank does not depend on the grid's shape, so one row of T patches stands for every grid
+    _run("own_patch_rank", cases, fn, lambda maps: localization_scores(maps, (1, len(maps)))["rank"],
+         source="helpers.localization")
+
+
+def reference_ridge(Phi, T, lam):
+    """Ridge weights (p, C) from the SVD of Phi (n, p), for targets T (n, C): V diag(s / (s² + lam)) Uᵀ T."""
+    U, s, Vt = np.linalg.svd(Phi, full_matrices=False)
+    return Vt.T @ np.diag(s / (s ** 2 + lam)) @ U.T @ T
+
+
+def check_ridge_weights(fn):
+    """fn(Phi, T, lam) -> (p, C) ridge weights, for more examples than features and for fewer."""
+    rng = np.random.default_rng(0)
+    cases = []
+    for n, p in ((50, 8), (8, 50)):
+        Phi = rng.normal(size=(n, p)) + rng.uniform(-2, 2, size=p)
+        T = np.where(np.eye(3)[rng.integers(0, 3, n)] > 0, 1.0, -1.0)  # (n, 3) targets, +1 for the class
+        cases.append((f"{n} examples x {p} features, 3 classes, lambda 0.7", (Phi, T, 0.7)))
+    _run("ridge_weights", cases, fn, reference_ridge, source="the SVD form")
+
+
+def reference_gap(model_cka, reference_cka) -> np.ndarray:
+    """(blocks,) or (1 + subsamples, blocks) CKA of a model and of the seed reference -> reference - model, same shape."""
+    return np.asarray(reference_cka, dtype=float) - np.asarray(model_cka, dtype=float)
+
+
+def check_gap_to_reference(fn):
+    """fn(model_cka, reference_cka) -> reference - model, the same shape as the inputs (exercise 14.1)."""
+    rng = np.random.default_rng(14)
+    cases = [("2 blocks", (np.array([0.9, 0.8]), np.array([0.95, 0.7]))),
+             ("1 + 4 subsamples x 6 blocks", (rng.random((5, 6)), rng.random((5, 6)))),
+             ("2 x 3, all zero against all one", (np.zeros((2, 3)), np.ones((2, 3))))]
+    _run("gap_to_reference", cases, fn, reference_gap, atol=1e-12, source="the course's version")
+
+
+def reference_block_structure(values) -> dict:
+    """The best split of a (L, L) similarity matrix into two consecutive blocks (exercise 15.1):
+    {"split", "contrast", "within", "between"}; ties go to the first (smallest) split."""
+    values = np.asarray(values, dtype=float)
+    L = len(values)
+    different = ~np.eye(L, dtype=bool)
+    scores = []
+    for k in range(1, L):
+        same = (np.arange(L) >= k)[:, None] == (np.arange(L) >= k)[None, :]
+        within, between = values[same & different].mean(), values[~same].mean()
+        scores.append({"split": k, "contrast": within - between, "within": within, "between": between})
+    return max(scores, key=lambda s: s["contrast"])
+
+
+def block_structure_answer(case: str, yours, expected: dict) -> None:
+    """Raise AssertionError unless `yours` (a dict, or the grader's arrays) gives `expected`'s split and scores.
+    Shared by the notebook's check and the grader (helpers.grade.cases)."""
+    missing = [key for key in expected if key not in (yours or {})]
+    if missing:
+        raise AssertionError(f"{case}: your dict has no {missing}; return split, contrast, within and between.")
+    if int(yours["split"]) != expected["split"]:
+        raise AssertionError(f"{case}: split {int(yours['split'])}, expected {expected['split']}. "
+                             "On a tie, keep the first (smallest) split.")
+    for key in ("contrast", "within", "between"):
+        _compare(f"block_structure['{key}']", yours[key], expected[key], case)
+
+
+def check_block_structure(fn, extra: dict | None = None):
+    """fn(values) -> {"split", "contrast", "within", "between"} for a (L, L) similarity matrix.
+
+    extra: more {description: matrix} cases, e.g. the notebook's own Mixer matrix."""
+    rng = np.random.default_rng(0)
+    two_blocks = np.full((6, 6), 0.1)
+    two_blocks[:2, :2] = two_blocks[2:, 2:] = 0.9
+    np.fill_diagonal(two_blocks, 1)
+    uneven = np.clip(np.where(np.add.outer(np.arange(7) >= 5, np.arange(7) >= 5) != 1, 0.8, 0.2)
+                     + rng.normal(0, 0.05, (7, 7)), 0, 1)  # blocks of 5 + 2, and not symmetric
+    np.fill_diagonal(uneven, 1)
+    cases = {"uniform": np.ones((5, 5)), "two blocks (2 + 4)": two_blocks, "noisy, not symmetric (5 + 2)": uneven,
+             **(extra or {})}
+    for case, values in cases.items():
+        block_structure_answer(case, fn(values), reference_block_structure(values))
+    print(f"✔ block_structure passes {len(cases)} cases.")

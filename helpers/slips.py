@@ -1,4 +1,4 @@
-"""The usual wrong answers to the core exercises (notebooks 01-04), so that a check can name the slip.
+"""The usual wrong answers to the exercises, so that a check can name the slip (01-04's core, and 07-14's).
 
 For each exercise, a short list of Slips: a name, the wrong implementation as a learner would write it,
 and the message (what went wrong, and the fix). When a learner's function fails its check,
@@ -217,5 +217,44 @@ SLIPS = {
              "you divided by the product of the two sums; divide by its square root."),
         Slip("one CKA over all examples", lambda X, Y, b: reference.linear_cka(X, Y, debiased=True),
              "you computed one CKA over all the examples; the exercise sums the HSICs over batches of batch_size."),
+    ],    # notebooks 07-14
+    "matched_depth": [
+        Slip("best row of each column", lambda v: np.asarray(v).argmax(axis=0) / (np.asarray(v).shape[0] - 1),
+             "you took each column's best row (axis=0); take each ROW's best column, values.argmax(axis=1), "
+             "one depth per ResNet layer."),
+        Slip("divided by the number of columns", lambda v: np.asarray(v).argmax(axis=1) / np.asarray(v).shape[1],
+             "divide the column index by (columns − 1), so that the last ViT block is depth 1."),
+        Slip("index, not depth", lambda v: np.asarray(v).argmax(axis=1),
+             "you returned the column index; divide it by (columns − 1) to get a relative depth between 0 and 1."),
+    ],
+    "my_mass_radius": [
+        Slip("centre as (x, y)", lambda erf, c, f=0.5: _mass_radius(erf, (c[1], c[0]), f),
+             "centre is (row, col): measure rows from centre[0] and columns from centre[1]."),
+        Slip("share of pixels, not of mass", lambda erf, c, f=0.5: _mass_radius(np.ones_like(erf, dtype=float), c, f),
+             "you counted pixels; add up the map's values (its mass) until `fraction` of the total is inside."),
+    ],
+    "own_patch_rank": [
+        Slip("columns, not rows", lambda m: (np.asarray(m) > np.diag(m)[None, :]).sum(axis=0),
+             "row t of the map is token t; compare each ROW with its own diagonal entry: (maps > own[:, None]).sum(axis=1)."),
+        Slip("own patch counted", lambda m: (np.asarray(m) >= np.diag(m)[:, None]).sum(axis=1),
+             "with >= the own patch counts itself; count only the patches scoring strictly higher (>)."),
+    ],
+    "ridge_weights": [
+        Slip("dual form without Φᵀ", lambda P, T, lam: np.linalg.solve(P @ P.T + lam * np.eye(len(P)), T),
+             "(ΦΦᵀ + λI)⁻¹ T gives one weight per example; multiply by Φᵀ on the left to get the (p, C) weights."),
+        Slip("no lambda", lambda P, T, lam: np.linalg.pinv(P) @ T,
+             "that is least squares without the penalty; ridge solves (ΦᵀΦ + λI) W = ΦᵀT."),
+    ],
+    "gap_to_reference": [
+        Slip("model minus reference", lambda m, r: np.asarray(m, float) - np.asarray(r, float),
+             "the sign is reversed: the gap is reference − model (positive when the model is further from the reference)."),
+        Slip("absolute gap", lambda m, r: np.abs(np.asarray(r, float) - np.asarray(m, float)),
+             "keep the sign: the gap is reference − model, without abs()."),
     ],
 }
+
+
+def _mass_radius(erf, centre, fraction):
+    from helpers.receptive_fields import mass_radius
+
+    return mass_radius(erf, tuple(centre), fraction)

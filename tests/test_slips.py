@@ -1,4 +1,4 @@
-"""The checks of notebooks 01-04 name each usual slip (helpers.slips), and never call a right answer a slip.
+"""The exercise checks name each usual slip (helpers.slips), and never call a right answer a slip.
 
 Each slip is written here again, the way a learner would write it (not the table's own code), and the
 check must name it. Right answers (the notebooks' own solutions, and other formulas for the same thing)
@@ -18,7 +18,11 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 CHECKS = {"gram_linear": exercises.check_gram_linear, "gram_rbf": exercises.check_gram_rbf,
           "center_gram": exercises.check_center_gram, "hsic": exercises.check_hsic, "cka": exercises.check_cka,
-          "hsic_unbiased": exercises.check_hsic_unbiased, "minibatch_cka": exercises.check_minibatch_cka}
+          "hsic_unbiased": exercises.check_hsic_unbiased, "minibatch_cka": exercises.check_minibatch_cka,
+          "matched_depth": exercises.check_matched_depth, "my_mass_radius": exercises.check_mass_radius,
+          "own_patch_rank": exercises.check_own_patch_rank, "ridge_weights": exercises.check_ridge_weights,
+          "gap_to_reference": exercises.check_gap_to_reference}
+CORE = ["gram_linear", "gram_rbf", "center_gram", "hsic", "cka", "hsic_unbiased", "minibatch_cka"]
 
 
 def _H(n, divisor=None):
@@ -105,14 +109,35 @@ AS_A_LEARNER_WRITES_IT = [
     ("minibatch_cka", "the biased HSIC", lambda X, Y, b: _minibatch(X, Y, b, hsic_fn=_biased)),
     ("minibatch_cka", "no square root", lambda X, Y, b: _minibatch(X, Y, b, root=1.0)),
     ("minibatch_cka", "one CKA over all examples", lambda X, Y, b: _minibatch(X, Y, len(X))),
+    ("matched_depth", "best row of each column", lambda v: np.argmax(v, axis=0) / (len(v) - 1)),
+    ("matched_depth", "divided by the number of columns", lambda v: np.array([row.argmax() / len(row) for row in v])),
+    ("matched_depth", "index, not depth", lambda v: np.asarray(v).argmax(1)),
+    ("my_mass_radius", "centre as (x, y)", lambda erf, c, f=0.5: _radius(erf, c[::-1], f)),
+    ("my_mass_radius", "share of pixels, not of mass", lambda erf, c, f=0.5: _radius(np.ones(np.shape(erf)), c, f)),
+    ("own_patch_rank", "columns, not rows", lambda m: (m > m.diagonal()).sum(axis=0)),
+    ("own_patch_rank", "own patch counted", lambda m: np.array([(row >= row[i]).sum() for i, row in enumerate(m)])),
+    ("ridge_weights", "dual form without Φᵀ", lambda P, T, lam: np.linalg.inv(P @ P.T + lam * np.eye(len(P))) @ T),
+    ("ridge_weights", "no lambda", lambda P, T, lam: np.linalg.lstsq(P, T, rcond=None)[0]),
+    ("gap_to_reference", "model minus reference", lambda m, r: np.subtract(m, r)),
+    ("gap_to_reference", "absolute gap", lambda m, r: abs(np.subtract(r, m))),
 ]
+
+
+def _radius(erf, centre, fraction):
+    """The mass radius written out, as a learner would."""
+    rows, cols = np.indices(np.shape(erf))
+    distance = np.hypot(rows - centre[0], cols - centre[1]).ravel()
+    order = np.argsort(distance, kind="stable")
+    share = np.cumsum(np.ravel(erf)[order]) / np.sum(erf)
+    return float(distance[order][np.searchsorted(share, fraction - 1e-12)])
 
 
 def test_every_slip_in_the_table_is_tried_here():
     tried = {(exercise, name) for exercise, name, _ in AS_A_LEARNER_WRITES_IT}
     table = {(exercise, slip.name) for exercise, table_slips in slips.SLIPS.items() for slip in table_slips}
     assert tried == table
-    assert all(len(slips.SLIPS[exercise]) >= 3 for exercise in CHECKS)
+    assert all(len(slips.SLIPS[exercise]) >= 3 for exercise in CORE)
+    assert set(slips.SLIPS) == set(CHECKS)
 
 
 @pytest.mark.parametrize("exercise, name, learner", AS_A_LEARNER_WRITES_IT,
@@ -173,6 +198,9 @@ EQUIVALENT = [
                                          * np.trace(L @ _H(len(K)) @ L @ _H(len(K))) / len(K) ** 2))),  # n² cancels
     ("hsic_unbiased", _u_centred_hsic),
     ("minibatch_cka", lambda X, Y, b: _minibatch(X, Y, b, hsic_fn=_u_centred_hsic)),
+    ("matched_depth", lambda v: np.array([np.argmax(row) for row in v]) / (np.shape(v)[1] - 1)),
+    ("ridge_weights", lambda P, T, lam: P.T @ np.linalg.solve(P @ P.T + lam * np.eye(len(P)), T)),  # the dual form
+    ("gap_to_reference", lambda m, r: -(np.asarray(m) - np.asarray(r))),
 ]
 
 
@@ -187,7 +215,9 @@ def test_no_slip_matches_the_reference_on_the_graders_inputs():
     and the reference passes every case."""
     references = {"gram_linear": cka.gram_linear, "gram_rbf": cka.gram_rbf, "center_gram": cka.center_gram,
                   "hsic": cka.hsic, "cka": cka.cka, "hsic_unbiased": cka.hsic_unbiased,
-                  "minibatch_cka": exercises.minibatch_reference}
+                  "minibatch_cka": exercises.minibatch_reference, "matched_depth": exercises.reference_matched_depth,
+                  "my_mass_radius": lambda erf, c, f: _radius(erf, c, f), "own_patch_rank": lambda m: (m > m.diagonal()[:, None]).sum(1),
+                  "ridge_weights": exercises.reference_ridge, "gap_to_reference": exercises.reference_gap}
     rng = np.random.default_rng(42)
     for exercise, table_slips in slips.SLIPS.items():
         graded = grade_cases.EXERCISES[exercise]

@@ -17,7 +17,8 @@ from typing import Callable
 import numpy as np
 
 from helpers import cka as reference
-from helpers.exercises import _compare, check_equal_brightness_answer, minibatch_reference
+from helpers.exercises import (_compare, block_structure_answer, check_equal_brightness_answer, minibatch_reference,
+                               reference_block_structure, reference_gap, reference_matched_depth, reference_ridge)
 from helpers.slips import name_the_slip
 
 
@@ -174,34 +175,8 @@ def _judge_equal_brightness(case: Case, yours: dict) -> None:
     check_equal_brightness_answer(case.label, pixels, _value(yours, case, "equal_brightness"))
 
 
-def _ridge_svd(Phi, T, lam):
-    """Ridge weights from the SVD of Phi (the notebook's second form): (p, C)."""
-    U, s, Vt = np.linalg.svd(Phi, full_matrices=False)
-    return Vt.T @ np.diag(s / (s ** 2 + lam)) @ U.T @ T
-
-
-def _block_structure(values):
-    """The best split of a (L, L) similarity matrix into two consecutive blocks (notebook 15's reference)."""
-    values = np.asarray(values, dtype=float)
-    L = len(values)
-    different = ~np.eye(L, dtype=bool)
-    scores = []
-    for k in range(1, L):
-        same = (np.arange(L) >= k)[:, None] == (np.arange(L) >= k)[None, :]
-        within, between = values[same & different].mean(), values[~same].mean()
-        scores.append({"split": k, "contrast": within - between, "within": within, "between": between})
-    return max(scores, key=lambda s: s["contrast"])
-
-
 def _judge_block_structure(case: Case, yours: dict) -> None:
-    expected = _block_structure(*case.args)
-    missing = [k for k in expected if k not in yours]
-    if missing:
-        raise AssertionError(f"{case.label}: your dict has no {missing}; return split, contrast, within and between.")
-    if int(yours["split"]) != expected["split"]:
-        raise AssertionError(f"{case.label}: split {int(yours['split'])}, expected {expected['split']}.")
-    for key in ("contrast", "within", "between"):
-        _compare(f"block_structure['{key}']", yours[key], expected[key], case.label)
+    block_structure_answer(case.label, yours, reference_block_structure(*case.args))
 
 
 def _block_cases(rng) -> list:
@@ -315,17 +290,17 @@ EXERCISES = {e.function: e for e in [
     Exercise("gram_without_covariate", _gram_without_cases,
              by_reference("gram_without_covariate", _gram_without_reference), torch=True),
     Exercise("matched_depth", lambda rng: [Case(f"{r} x {c} CKA values", (rng.random((r, c)),)) for r, c in ((4, 6), (7, 3))],
-             by_reference("matched_depth", lambda values: values.argmax(axis=1) / (values.shape[1] - 1))),
+             by_reference("matched_depth", reference_matched_depth)),
     Exercise("head_distances", _head_cases, by_reference("head_distances", _head_reference, atol=1e-9), torch=True),
     Exercise("equal_brightness", _brightness_cases, _judge_equal_brightness),
     Exercise("my_mass_radius", _mass_radius_cases, by_reference("my_mass_radius", _mass_radius_reference)),
     Exercise("own_patch_rank", lambda rng: [Case(f"{g * g} tokens on a {g}x{g} grid", (rng.random((g * g, g * g)),))
                                             for g in (3, 4)],
              by_reference("own_patch_rank", _localization_rank)),
-    Exercise("ridge_weights", _ridge_cases, by_reference("ridge_weights", _ridge_svd)),
+    Exercise("ridge_weights", _ridge_cases, by_reference("ridge_weights", reference_ridge)),
     Exercise("gap_to_reference", lambda rng: [Case("6 blocks", (rng.random(6), rng.random(6))),
                                               Case("2 halves x 4 blocks", (rng.random((2, 4)), rng.random((2, 4))))],
-             by_reference("gap_to_reference", lambda model, ref: np.asarray(ref, float) - np.asarray(model, float))),
+             by_reference("gap_to_reference", reference_gap)),
     Exercise("block_structure", _block_cases, _judge_block_structure),
     Exercise("procrustes_similarity", _procrustes_cases, by_reference("procrustes_similarity", _procrustes_reference)),
     Exercise("cka_without_highest", _high_norm_cases, by_reference("cka_without_highest", _high_norm_reference)),
