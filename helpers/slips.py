@@ -219,7 +219,7 @@ SLIPS = {
              "you computed one CKA over all the examples; the exercise sums the HSICs over batches of batch_size."),
     ],    # notebooks 07-14
     "matched_depth": [
-        Slip("best row of each column", lambda v: np.asarray(v).argmax(axis=0) / (np.asarray(v).shape[0] - 1),
+        Slip("best row of each column", lambda v: np.asarray(v).argmax(axis=0) / (np.asarray(v).shape[1] - 1),
              "you took each column's best row (axis=0); take each ROW's best column, values.argmax(axis=1), "
              "one depth per ResNet layer."),
         Slip("divided by the number of columns", lambda v: np.asarray(v).argmax(axis=1) / np.asarray(v).shape[1],

@@ -111,3 +111,37 @@ def test_cka_without_highest_check_passes_the_reference_and_catches_slips(capsys
     for slip in (from_x_only, norms_from_zero):
         with pytest.raises(AssertionError, match="largest difference"):
             exercises.check_cka_without_highest(slip)
+
+
+def test_checks_of_notebooks_07_to_15_pass_the_course_and_catch_slips(capsys):
+    """07's check fails argmax(axis=0) now (non-square, asymmetric); 11's runs on a small timm ViT."""
+    import timm
+    import torch
+
+    from helpers import receptive_fields
+
+    exercises.check_matched_depth(exercises.reference_matched_depth)
+    exercises.check_mass_radius(receptive_fields.mass_radius)
+    exercises.check_ridge_weights(exercises.reference_ridge)
+    exercises.check_gap_to_reference(exercises.reference_gap)
+    exercises.check_block_structure(exercises.reference_block_structure)
+    with pytest.raises(AssertionError, match="best column"):
+        exercises.check_matched_depth(lambda values: np.asarray(values).argmax(axis=0) / (np.asarray(values).shape[1] - 1))
+    with pytest.raises(AssertionError, match="first .smallest. split"):  # ties broken towards the last split
+        exercises.check_block_structure(lambda v: max(reversed([exercises.reference_block_structure(v)]),
+                                                      key=lambda s: s["contrast"]) | {"split": len(v) - 1})
+
+    torch.manual_seed(0)
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, embed_dim=24,
+                            depth=3, num_heads=2, num_classes=4).eval()
+    x = torch.randn(2, 3, 32, 32)
+
+    def mlp_ratio(block, z):
+        u = z + block.ls1(block.attn(block.norm1(z)))
+        return (u.norm(dim=-1) / block.ls2(block.mlp(block.norm2(u))).norm(dim=-1)).mean(0)
+
+    exercises.check_mlp_ratio(mlp_ratio, vit, x)
+    assert capsys.readouterr().out.count("✔") == 6
+    with pytest.raises(AssertionError, match="block 0"):  # the attention branch left out of u
+        exercises.check_mlp_ratio(lambda block, z: (z.norm(dim=-1) / block.ls2(block.mlp(block.norm2(z))).norm(dim=-1)).mean(0),
+                                  vit, x)

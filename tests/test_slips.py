@@ -109,7 +109,7 @@ AS_A_LEARNER_WRITES_IT = [
     ("minibatch_cka", "the biased HSIC", lambda X, Y, b: _minibatch(X, Y, b, hsic_fn=_biased)),
     ("minibatch_cka", "no square root", lambda X, Y, b: _minibatch(X, Y, b, root=1.0)),
     ("minibatch_cka", "one CKA over all examples", lambda X, Y, b: _minibatch(X, Y, len(X))),
-    ("matched_depth", "best row of each column", lambda v: np.argmax(v, axis=0) / (len(v) - 1)),
+    ("matched_depth", "best row of each column", lambda v: np.argmax(v, axis=0) / (np.shape(v)[1] - 1)),
     ("matched_depth", "divided by the number of columns", lambda v: np.array([row.argmax() / len(row) for row in v])),
     ("matched_depth", "index, not depth", lambda v: np.asarray(v).argmax(1)),
     ("my_mass_radius", "centre as (x, y)", lambda erf, c, f=0.5: _radius(erf, c[::-1], f)),
