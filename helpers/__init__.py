@@ -4,6 +4,7 @@ One module per idea:
     cka            Gram matrices, centering, HSIC, CKA (the full-batch reference)
     minibatch_cka  streaming minibatch CKA for whole layer-by-layer matrices (CKAMatrix results)
     exercises      check functions for the notebook exercises
+    slips          the usual wrong answers per exercise, named by the checks and the grader's feedback
     grade/         python -m helpers.grade: grade a class's submitted notebooks (grader: read, recognise,
                    judge, write feedback; cases: inputs and judges per exercise; sandbox, child: the sandbox
                    the students' code runs in)
