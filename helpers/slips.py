@@ -1,4 +1,4 @@
-"""The usual wrong answers to the exercises, so that a check can name the slip (01-04's core, and 07-14's).
+"""The usual wrong answers to the exercises, so that a check can name the slip (01-04's core, and 07-17's).
 
 For each exercise, a short list of Slips: a name, the wrong implementation as a learner would write it,
 and the message (what went wrong, and the fix). When a learner's function fails its check,
@@ -245,6 +245,23 @@ SLIPS = {
         Slip("no lambda", lambda P, T, lam: np.linalg.pinv(P) @ T,
              "that is least squares without the penalty; ridge solves (ΦᵀΦ + λI) W = ΦᵀT."),
     ],
+    # notebooks 16-17
+    "cka_without_highest": [
+        Slip("dropped from X only", lambda X, Y, k: _without_highest(X, Y, k, both=False),
+             "you dropped only X's highest-norm images; drop the union of X's k and Y's k."),
+        Slip("norms from 0, not from the mean", lambda X, Y, k: _without_highest(X, Y, k, centred=False),
+             "measure each image's norm from the mean image, np.linalg.norm(X - X.mean(0), axis=1), not from 0."),
+        Slip("the biased CKA", lambda X, Y, k: _without_highest(X, Y, k, debiased=False),
+             "use the debiased CKA on the images you keep: linear_cka(X[keep], Y[keep], debiased=True)."),
+    ],
+    "procrustes_similarity": [
+        Slip("not centred", lambda X, Y: _procrustes(X, Y, centre=False),
+             "centre each column first (X - X.mean(axis=0)), then scale to unit Frobenius norm."),
+        Slip("not scaled to unit norm", lambda X, Y: _procrustes(X, Y, scale=False),
+             "divide each centred matrix by its Frobenius norm (np.linalg.norm(X)) before the SVD."),
+        Slip("trace, not nuclear norm", lambda X, Y: _procrustes(X, Y, nuclear=False),
+             "take the nuclear norm of X̃ᵀỸ (the sum of its singular values), not its trace."),
+    ],
     "gap_to_reference": [
         Slip("model minus reference", lambda m, r: np.asarray(m, float) - np.asarray(r, float),
              "the sign is reversed: the gap is reference − model (positive when the model is further from the reference)."),
@@ -258,3 +275,25 @@ def _mass_radius(erf, centre, fraction):
     from helpers.receptive_fields import mass_radius
 
     return mass_radius(erf, tuple(centre), fraction)
+
+
+def _without_highest(X, Y, k, both=True, centred=True, debiased=True):
+    """Exercise 16.1 with one of its slips switched on."""
+    X, Y = np.asarray(X, dtype=float), np.asarray(Y, dtype=float)
+    drop = set()
+    for F in (X, Y) if both else (X,):
+        norms = np.linalg.norm(F - F.mean(0) if centred else F, axis=1)
+        drop |= set(np.argsort(-norms, kind="stable")[:k].tolist())
+    keep = [i for i in range(len(X)) if i not in drop]
+    return float(reference.linear_cka(X[keep], Y[keep], debiased=debiased))
+
+
+def _procrustes(X, Y, centre=True, scale=True, nuclear=True):
+    """Exercise 17.1 with one of its slips switched on."""
+    X, Y = np.asarray(X, dtype=float), np.asarray(Y, dtype=float)
+    if centre:
+        X, Y = X - X.mean(0), Y - Y.mean(0)
+    if scale:
+        X, Y = X / np.linalg.norm(X), Y / np.linalg.norm(Y)
+    product = X.T @ Y
+    return float(np.linalg.svd(product, compute_uv=False).sum() if nuclear else np.trace(product))

@@ -21,7 +21,9 @@ CHECKS = {"gram_linear": exercises.check_gram_linear, "gram_rbf": exercises.chec
           "hsic_unbiased": exercises.check_hsic_unbiased, "minibatch_cka": exercises.check_minibatch_cka,
           "matched_depth": exercises.check_matched_depth, "my_mass_radius": exercises.check_mass_radius,
           "own_patch_rank": exercises.check_own_patch_rank, "ridge_weights": exercises.check_ridge_weights,
-          "gap_to_reference": exercises.check_gap_to_reference}
+          "gap_to_reference": exercises.check_gap_to_reference,
+          "cka_without_highest": exercises.check_cka_without_highest,
+          "procrustes_similarity": exercises.check_procrustes_similarity}
 CORE = ["gram_linear", "gram_rbf", "center_gram", "hsic", "cka", "hsic_unbiased", "minibatch_cka"]
 
 
@@ -118,9 +120,24 @@ AS_A_LEARNER_WRITES_IT = [
     ("own_patch_rank", "own patch counted", lambda m: np.array([(row >= row[i]).sum() for i, row in enumerate(m)])),
     ("ridge_weights", "dual form without Φᵀ", lambda P, T, lam: np.linalg.inv(P @ P.T + lam * np.eye(len(P))) @ T),
     ("ridge_weights", "no lambda", lambda P, T, lam: np.linalg.lstsq(P, T, rcond=None)[0]),
+    ("cka_without_highest", "dropped from X only", lambda X, Y, k: _kept_cka(X, Y, np.argsort(-np.linalg.norm(X - X.mean(0), axis=1))[:k])),
+    ("cka_without_highest", "norms from 0, not from the mean", lambda X, Y, k: _kept_cka(
+        X, Y, np.union1d(np.argsort(-np.linalg.norm(X, axis=1))[:k], np.argsort(-np.linalg.norm(Y, axis=1))[:k]))),
+    ("cka_without_highest", "the biased CKA", lambda X, Y, k: _kept_cka(X, Y, np.union1d(
+        np.argsort(-np.linalg.norm(X - X.mean(0), axis=1))[:k], np.argsort(-np.linalg.norm(Y - Y.mean(0), axis=1))[:k]), False)),
+    ("procrustes_similarity", "not centred", lambda X, Y: np.linalg.norm((X / np.linalg.norm(X)).T @ (Y / np.linalg.norm(Y)), "nuc")),
+    ("procrustes_similarity", "not scaled to unit norm",
+     lambda X, Y: np.linalg.norm((X - X.mean(0)).T @ (Y - Y.mean(0)), "nuc")),
+    ("procrustes_similarity", "trace, not nuclear norm", lambda X, Y: np.trace(
+        ((X - X.mean(0)) / np.linalg.norm(X - X.mean(0))).T @ ((Y - Y.mean(0)) / np.linalg.norm(Y - Y.mean(0))))),
     ("gap_to_reference", "model minus reference", lambda m, r: np.subtract(m, r)),
     ("gap_to_reference", "absolute gap", lambda m, r: abs(np.subtract(r, m))),
 ]
+
+
+def _kept_cka(X, Y, drop, debiased=True):
+    keep = np.setdiff1d(np.arange(len(X)), drop)
+    return cka.linear_cka(X[keep], Y[keep], debiased=debiased)
 
 
 def _radius(erf, centre, fraction):
@@ -217,7 +234,8 @@ def test_no_slip_matches_the_reference_on_the_graders_inputs():
                   "hsic": cka.hsic, "cka": cka.cka, "hsic_unbiased": cka.hsic_unbiased,
                   "minibatch_cka": exercises.minibatch_reference, "matched_depth": exercises.reference_matched_depth,
                   "my_mass_radius": lambda erf, c, f: _radius(erf, c, f), "own_patch_rank": lambda m: (m > m.diagonal()[:, None]).sum(1),
-                  "ridge_weights": exercises.reference_ridge, "gap_to_reference": exercises.reference_gap}
+                  "ridge_weights": exercises.reference_ridge, "gap_to_reference": exercises.reference_gap,
+                  "cka_without_highest": _reference_without_highest, "procrustes_similarity": _reference_procrustes}
     rng = np.random.default_rng(42)
     for exercise, table_slips in slips.SLIPS.items():
         graded = grade_cases.EXERCISES[exercise]
@@ -236,3 +254,13 @@ def test_no_slip_matches_the_reference_on_the_graders_inputs():
             assert all(named), f"{exercise}: {slip.name} is not named in the grader's feedback"
         for case in cases:
             graded.judge(case, {"": np.asarray(references[exercise](*case.args), dtype=float)})
+
+
+def _reference_without_highest(X, Y, k):
+    from helpers.report.audit import cka_without_highest
+    return cka_without_highest(X, Y, k)
+
+
+def _reference_procrustes(X, Y):
+    from helpers.measures import procrustes_similarity
+    return procrustes_similarity(X, Y)
