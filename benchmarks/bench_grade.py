@@ -20,7 +20,8 @@ import nbformat
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import grade_submissions as subs  # noqa: E402
 
-from helpers import grade, grade_sandbox  # noqa: E402
+from helpers import grade  # noqa: E402
+from helpers.grade import sandbox as grade_sandbox  # noqa: E402
 
 ONE = {"1.1 gram_linear": "error", "1.2 gram_rbf": "pass"}  # a hostile gram_linear, gram_rbf intact
 BOTH = {"1.1 gram_linear": "pass", "1.2 gram_rbf": "pass"}

@@ -4,8 +4,10 @@ One module per idea:
     cka            Gram matrices, centering, HSIC, CKA (the full-batch reference)
     minibatch_cka  streaming minibatch CKA for whole layer-by-layer matrices (CKAMatrix results)
     exercises      check functions for the notebook exercises
-    grade          python -m helpers.grade: grade a class's submitted notebooks (grade_cases: inputs and
-                   judges per exercise; grade_sandbox, grade_child: the sandbox the students' code runs in)
+    slips          the usual wrong answers per exercise, named by the checks and the grader's feedback
+    grade/         python -m helpers.grade: grade a class's submitted notebooks (grader: read, recognise,
+                   judge, write feedback; cases: inputs and judges per exercise; sandbox, child: the sandbox
+                   the students' code runs in)
     capture        forward hooks by preset, name or pattern; token policies
     compare        cka_matrix: CKA between every layer of one or two models over many images
     gram_cache     per-batch Grams kept, so that one model runs once over the same images for every comparison

@@ -10,29 +10,42 @@ from __future__ import annotations
 import numpy as np
 
 from helpers import cka as reference
+from helpers.slips import name_the_slip
 
 
 def _feature_cases(seed: int = 0):
-    """A few (description, X, Y) cases: tall, wide, offset and tiny feature matrices."""
+    """A few (description, X, Y) cases: tall, wide, offset and tiny feature matrices, X and Y of different widths.
+
+    The large, uneven mean offset makes a missing centring fail by a lot, not by a rounding-sized amount."""
     rng = np.random.default_rng(seed)
     X1 = rng.normal(size=(30, 5))
     X2 = rng.normal(size=(12, 40))
     X3 = rng.normal(loc=3.0, size=(25, 8))
     X4 = rng.normal(size=(6, 3))
+    X5 = rng.normal(size=(20, 6)) + rng.uniform(10, 40, size=6)
     return [
         ("30 examples x 5 features", X1, X1 @ rng.normal(size=(5, 7)) + 0.3 * rng.normal(size=(30, 7))),
         ("12 examples x 40 features (p > n)", X2, rng.normal(size=(12, 9))),
         ("25 examples, features offset by +3", X3, np.tanh(X3) + rng.normal(size=(25, 8))),
         ("6 examples x 3 features", X4, X4[:, :2] ** 2),
+        ("20 examples, 6 vs 11 features, offset by +10 to +40", X5,
+         np.hstack([X5[:, :3] ** 2, rng.normal(size=(20, 8))]) - rng.uniform(5, 20, size=11)),
     ]
 
 
-def _compare(name, yours, expected, case, atol=1e-8):
+def _gram_cases(seed: int) -> list:
+    """(description, (K, L)): the linear Grams of _feature_cases."""
+    return [(case, (X @ X.T, Y @ Y.T)) for case, X, Y in _feature_cases(seed)]
+
+
+def _compare(name, yours, expected, case, atol=1e-8, rtol=1e-6):
+    if yours is None:
+        raise AssertionError(f"{name} on '{case}': your function returned None. Did you forget the `return`?")
     yours = np.asarray(yours, dtype=float)
     expected = np.asarray(expected, dtype=float)
     if yours.shape != expected.shape:
         raise AssertionError(f"{name} on '{case}': expected shape {expected.shape}, got {yours.shape}.")
-    if not np.allclose(yours, expected, atol=atol, rtol=1e-6):
+    if not np.allclose(yours, expected, atol=atol, rtol=rtol):
         diff = np.abs(yours - expected).max()
         raise AssertionError(
             f"{name} on '{case}': largest difference {diff:.3g}.\n"
@@ -40,50 +53,78 @@ def _compare(name, yours, expected, case, atol=1e-8):
             f"  yours    (start): {np.round(yours.ravel()[:4], 4)}")
 
 
-def _run(name, cases, your_call, reference_call):
-    for case, X, Y in cases:
-        _compare(name, your_call(X, Y), reference_call(X, Y), case)
-    print(f"✔ {name} matches helpers.cka on all {len(cases)} cases.")
+def _run(exercise, cases, fn, reference_fn, name=None, atol=1e-8, source="helpers.cka", rtol=1e-6):
+    """Compare fn(*args) with reference_fn(*args) on every (description, args) case.
+
+    On a failure, the answers are compared with the usual wrong ones (helpers.slips): a known slip is
+    named with its fix; anything else keeps the case and the numbers."""
+    name = name or exercise
+    answers = [fn(*args) for _, args in cases]
+    try:
+        for (case, args), yours in zip(cases, answers):
+            _compare(name, yours, reference_fn(*args), case, atol, rtol)
+    except AssertionError as failure:
+        slip = name_the_slip(exercise, [(args, yours) for (_, args), yours in zip(cases, answers)])
+        if slip is None:
+            raise
+        raise AssertionError(f"{name}: {slip.message}") from failure
+    print(f"✔ {name} matches {source} on all {len(cases)} cases.")
 
 
 def check_gram_linear(fn):
     """fn(X) -> (n, n) linear Gram matrix."""
-    _run("gram_linear", _feature_cases(), lambda X, Y: fn(X), lambda X, Y: reference.gram_linear(X))
+    _run("gram_linear", [(case, (X,)) for case, X, _ in _feature_cases()], fn, reference.gram_linear)
 
 
 def check_gram_rbf(fn):
     """fn(X, threshold) -> (n, n) RBF Gram matrix, bandwidth = threshold x median distance."""
     for threshold in (0.5, 1.0, 2.0):
-        _run(f"gram_rbf(threshold={threshold})", _feature_cases(1),
-             lambda X, Y: fn(X, threshold), lambda X, Y: reference.gram_rbf(X, threshold))
+        _run("gram_rbf", [(case, (X, threshold)) for case, X, _ in _feature_cases(1)], fn, reference.gram_rbf,
+             name=f"gram_rbf(threshold={threshold})")
 
 
 def check_center_gram(fn):
     """fn(K) -> H K H, the centered Gram matrix."""
-    _run("center_gram", _feature_cases(2), lambda X, Y: fn(X @ X.T),
-         lambda X, Y: reference.center_gram(X @ X.T))
+    _run("center_gram", [(case, (K,)) for case, (K, _) in _gram_cases(2)], fn, reference.center_gram)
 
 
 def check_hsic(fn):
     """fn(K, L) -> biased HSIC, tr(K H L H) / (n-1)^2."""
-    _run("hsic", _feature_cases(3), lambda X, Y: fn(X @ X.T, Y @ Y.T),
-         lambda X, Y: reference.hsic(X @ X.T, Y @ Y.T))
+    _run("hsic", _gram_cases(3), fn, reference.hsic)
 
 
 def check_cka(fn):
     """fn(K, L) -> linear or any-kernel CKA from two Gram matrices (biased HSIC)."""
-    _run("cka", _feature_cases(4), lambda X, Y: fn(X @ X.T, Y @ Y.T),
-         lambda X, Y: reference.cka(X @ X.T, Y @ Y.T))
-    X = _feature_cases(4)[0][1]
-    value = fn(X @ X.T, X @ X.T)
+    _run("cka", _gram_cases(4), fn, reference.cka)
+    K = _gram_cases(4)[0][1][0]
+    value = fn(K, K)
     if not np.isclose(value, 1.0, atol=1e-10):
-        raise AssertionError(f"cka(K, K) should be exactly 1, yours gives {value:.6f}.")
+        raise AssertionError(f"cka(K, K) should be exactly 1, yours gives {float(np.ravel(value)[0]):.6f}.")
 
 
 def check_hsic_unbiased(fn):
     """fn(K, L) -> unbiased HSIC (Song et al. 2012); needs n >= 4."""
-    _run("hsic_unbiased", _feature_cases(5), lambda X, Y: fn(X @ X.T, Y @ Y.T),
-         lambda X, Y: reference.hsic_unbiased(X @ X.T, Y @ Y.T))
+    _run("hsic_unbiased", _gram_cases(5), fn, reference.hsic_unbiased)
+
+
+def minibatch_reference(X, Y, batch_size):
+    """Minibatch CKA of exercise 4.2 by helpers.minibatch_cka: X (n, p1), Y (n, p2), n a multiple of batch_size."""
+    from helpers.minibatch_cka import MinibatchCKA
+
+    accumulator = MinibatchCKA(["X"], ["Y"])
+    for start in range(0, len(X), batch_size):
+        accumulator.update({"X": X[start:start + batch_size]}, {"Y": Y[start:start + batch_size]})
+    return accumulator.result().cell("X", "Y")
+
+
+def check_minibatch_cka(fn):
+    """fn(X, Y, batch_size) -> minibatch CKA (unbiased HSIC summed over consecutive batches)."""
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(48, 10))
+    offset = rng.uniform(5, 15, size=10)  # so that a missing centring fails clearly
+    cases = [("48 examples in batches of 8, 10 vs 12 features", (X + offset, np.tanh(X @ rng.normal(size=(10, 12))), 8)),
+             ("48 examples in batches of 16, 10 vs 5 features", (X + offset, X[:, :5] ** 2 + rng.normal(size=(48, 5)), 16))]
+    _run("minibatch_cka", cases, fn, minibatch_reference, atol=1e-6, source="helpers.minibatch_cka")
 
 
 def check_record_output(fn):
@@ -155,7 +196,7 @@ def check_head_distances(fn):
 def check_equal_brightness_answer(case: str, pixels: np.ndarray, got: np.ndarray) -> None:
     """Raise AssertionError unless `got` is `pixels` moved to mean 127.5 by one shift, clipped to 0-255 (uint8).
 
-    Shared by the notebook's check and the grader (helpers.grade_cases), which judges a returned array.
+    Shared by the notebook's check and the grader (helpers.grade.cases), which judges a returned array.
     """
     if got.shape != pixels.shape or got.dtype != np.uint8:
         raise AssertionError(f"{case}: expected a uint8 array of shape {pixels.shape}, got {got.dtype} {got.shape}.")
@@ -192,15 +233,11 @@ def check_procrustes_similarity(fn):
     cases = {"30 examples, 6 vs 4 features": (X, rng.normal(size=(30, 4)) + X[:, :4]),
              "30 examples, 6 vs 9 features": (X, np.hstack([X, rng.normal(size=(30, 3))])),
              "a shifted, scaled copy": (X, 3 * X + 5)}
-    for case, (A, B) in cases.items():
-        got = fn(A, B)
-        if got is None:
-            raise AssertionError("your function returned None: return the similarity, a number.")
-        _compare("procrustes_similarity", np.float64(got), np.float64(procrustes_similarity(A, B)), case, atol=1e-8)
+    _run("procrustes_similarity", list(cases.items()), fn, procrustes_similarity, source="helpers.measures")
     if abs(float(fn(X, X @ rotation)) - 1) > 1e-8:
         raise AssertionError("a rotated copy of X should give 1: did you take the nuclear norm (sum of singular values), "
                              "not the trace of X̃ᵀỸ?")
-    print("✔ procrustes_similarity matches helpers.measures, also for different widths, and a rotation leaves it at 1.")
+    print("✔ procrustes_similarity gives 1 for a rotated copy of X.")
 
 
 def _high_norm_cases(seed: int = 16) -> list:
@@ -222,9 +259,163 @@ def check_cka_without_highest(fn):
     """fn(X, Y, k) -> debiased linear CKA without the k highest-norm images of X and of Y (their union)."""
     from helpers.report.audit import cka_without_highest
 
-    for case, X, Y, k in _high_norm_cases():
-        got = fn(X, Y, k)
-        if got is None:
-            raise AssertionError("your function returned None: return the CKA, a number.")
-        _compare("cka_without_highest", np.float64(got), np.float64(cka_without_highest(X, Y, k)), case, atol=1e-8)
-    print("✔ cka_without_highest matches helpers.report.audit on all 4 cases, dominant images included.")
+    _run("cka_without_highest", [(case, (X, Y, k)) for case, X, Y, k in _high_norm_cases()], fn, cka_without_highest,
+         source="helpers.report.audit, dominant images included,")
+
+
+# -- notebooks 07-15: checks on non-square, asymmetric cases, and the course's answers that the cells
+#    below an exercise use while it is unsolved (here, so that no student copy shows them under the stub)
+
+def reference_matched_depth(values) -> np.ndarray:
+    """(rows, columns) CKA -> (rows,) relative depth of each row's best column: its index / (columns - 1)."""
+    values = np.asarray(values)
+    return values.argmax(axis=1) / (values.shape[1] - 1)
+
+
+def check_matched_depth(fn):
+    """fn(values) -> (rows,) relative depth of each row's best column (exercise 7.1).
+
+    The matrices are non-square and their row and column maxima differ, so the best row of each
+    column (argmax over axis 0) fails here instead of in the cells below."""
+    rng = np.random.default_rng(7)
+    example = np.array([[0.9, 0.5, 0.1, 0.2],
+                        [0.2, 0.3, 0.8, 0.1],
+                        [0.1, 0.4, 0.7, 0.3],
+                        [0.6, 0.9, 0.2, 0.1],
+                        [0.1, 0.2, 0.3, 0.95]])
+    cases = [("a 5 x 4 example", (example,)), ("9 ResNet layers x 6 ViT blocks", (rng.random((9, 6)),)),
+             ("3 ResNet layers x 8 ViT blocks", (rng.random((3, 8)),))]
+    _run("matched_depth", cases, fn, reference_matched_depth, source="the course's version")
+
+
+def check_mass_radius(fn):
+    """fn(erf, centre, fraction) -> radius (px) of the smallest disc around centre (row, col) holding `fraction` of the mass."""
+    from helpers.receptive_fields import mass_radius
+
+    rng = np.random.default_rng(0)
+    cases = [("a uniform 9 x 9 map, centre (4, 4)", (np.ones((9, 9)), (4, 4), 0.5)),
+             ("a random 7 x 12 map, centre (2.0, 8.5), fraction 0.9", (rng.random((7, 12)), (2.0, 8.5), 0.9)),
+             ("a diagonal 10 x 10 map from a corner, fraction 0.25", (np.eye(10), (0, 0), 0.25)),
+             ("one bright spot in a 6 x 11 map, centre (1, 3)", (np.pad(np.ones((1, 1)), ((4, 1), (9, 1))) + 0.01, (1, 3), 0.5))]
+    _run("my_mass_radius", cases, fn, mass_radius, source="helpers.receptive_fields.mass_radius")
+
+
+def check_mlp_ratio(fn, vit, x, blocks=None):
+    """fn(block, z) -> (tokens,) ratio ||u|| / ||f(u)|| of the MLP branch, for the inputs z of `vit`'s blocks on images x."""
+    import torch
+
+    from helpers.residuals import vit_norm_ratios
+
+    blocks = blocks or (0, 2, len(vit.blocks) - 1)
+    reference = vit_norm_ratios(vit, x).mlp
+    inputs = {}
+    hooks = [vit.blocks[i].register_forward_pre_hook(lambda _m, inp, i=i: inputs.__setitem__(i, inp[0])) for i in blocks]
+    try:
+        with torch.no_grad():
+            vit(x)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    cases = [(f"block {i}", (vit.blocks[i], inputs[i])) for i in blocks]
+
+    def yours(block, z):
+        with torch.no_grad():
+            out = fn(block, z)
+        return out.detach().cpu().numpy() if torch.is_tensor(out) else out
+
+    expected = {id(block): reference[i] for i, (_, (block, _)) in zip(blocks, cases)}
+    # float32 models: the same sums in another order differ in the 7th digit
+    _run("my_mlp_ratio", cases, yours, lambda block, z: expected[id(block)], atol=1e-6, rtol=1e-4, source="helpers.residuals")
+
+
+def check_own_patch_rank(fn, extra: dict | None = None):
+    """fn(maps) -> (T,) how many patches score higher than each token's own, for a (T, T) token-by-patch map.
+
+    extra: more {description: (T, T) map} cases, e.g. the notebook's own maps."""
+    from helpers.localization import localization_scores
+
+    rng = np.random.default_rng(12)
+    cases = []
+    for rows, cols in ((3, 4), (2, 5), (4, 4)):  # non-square grids; random maps are not symmetric
+        maps = rng.random((rows * cols, rows * cols))
+        cases.append((f"{rows * cols} tokens on a {rows} x {cols} grid", (maps,)))
+    cases += [(label, (np.asarray(maps),)) for label, maps in (extra or {}).items()]
+    # the rank does not depend on the grid's shape, so one row of T patches stands for every grid
+    _run("own_patch_rank", cases, fn, lambda maps: localization_scores(maps, (1, len(maps)))["rank"],
+         source="helpers.localization")
+
+
+def reference_ridge(Phi, T, lam):
+    """Ridge weights (p, C) from the SVD of Phi (n, p), for targets T (n, C): V diag(s / (s² + lam)) Uᵀ T."""
+    U, s, Vt = np.linalg.svd(Phi, full_matrices=False)
+    return Vt.T @ np.diag(s / (s ** 2 + lam)) @ U.T @ T
+
+
+def check_ridge_weights(fn):
+    """fn(Phi, T, lam) -> (p, C) ridge weights, for more examples than features and for fewer."""
+    rng = np.random.default_rng(0)
+    cases = []
+    for n, p in ((50, 8), (8, 50)):
+        Phi = rng.normal(size=(n, p)) + rng.uniform(-2, 2, size=p)
+        T = np.where(np.eye(3)[rng.integers(0, 3, n)] > 0, 1.0, -1.0)  # (n, 3) targets, +1 for the class
+        cases.append((f"{n} examples x {p} features, 3 classes, lambda 0.7", (Phi, T, 0.7)))
+    _run("ridge_weights", cases, fn, reference_ridge, source="the SVD form")
+
+
+def reference_gap(model_cka, reference_cka) -> np.ndarray:
+    """(blocks,) or (1 + subsamples, blocks) CKA of a model and of the seed reference -> reference - model, same shape."""
+    return np.asarray(reference_cka, dtype=float) - np.asarray(model_cka, dtype=float)
+
+
+def check_gap_to_reference(fn):
+    """fn(model_cka, reference_cka) -> reference - model, the same shape as the inputs (exercise 14.1)."""
+    rng = np.random.default_rng(14)
+    cases = [("2 blocks", (np.array([0.9, 0.8]), np.array([0.95, 0.7]))),
+             ("1 + 4 subsamples x 6 blocks", (rng.random((5, 6)), rng.random((5, 6)))),
+             ("2 x 3, all zero against all one", (np.zeros((2, 3)), np.ones((2, 3))))]
+    _run("gap_to_reference", cases, fn, reference_gap, atol=1e-12, source="the course's version")
+
+
+def reference_block_structure(values) -> dict:
+    """The best split of a (L, L) similarity matrix into two consecutive blocks (exercise 15.1):
+    {"split", "contrast", "within", "between"}; ties go to the first (smallest) split."""
+    values = np.asarray(values, dtype=float)
+    L = len(values)
+    different = ~np.eye(L, dtype=bool)
+    scores = []
+    for k in range(1, L):
+        same = (np.arange(L) >= k)[:, None] == (np.arange(L) >= k)[None, :]
+        within, between = values[same & different].mean(), values[~same].mean()
+        scores.append({"split": k, "contrast": within - between, "within": within, "between": between})
+    return max(scores, key=lambda s: s["contrast"])
+
+
+def block_structure_answer(case: str, yours, expected: dict) -> None:
+    """Raise AssertionError unless `yours` (a dict, or the grader's arrays) gives `expected`'s split and scores.
+    Shared by the notebook's check and the grader (helpers.grade.cases)."""
+    missing = [key for key in expected if key not in (yours or {})]
+    if missing:
+        raise AssertionError(f"{case}: your dict has no {missing}; return split, contrast, within and between.")
+    if int(yours["split"]) != expected["split"]:
+        raise AssertionError(f"{case}: split {int(yours['split'])}, expected {expected['split']}. "
+                             "On a tie, keep the first (smallest) split.")
+    for key in ("contrast", "within", "between"):
+        _compare(f"block_structure['{key}']", yours[key], expected[key], case)
+
+
+def check_block_structure(fn, extra: dict | None = None):
+    """fn(values) -> {"split", "contrast", "within", "between"} for a (L, L) similarity matrix.
+
+    extra: more {description: matrix} cases, e.g. the notebook's own Mixer matrix."""
+    rng = np.random.default_rng(0)
+    two_blocks = np.full((6, 6), 0.1)
+    two_blocks[:2, :2] = two_blocks[2:, 2:] = 0.9
+    np.fill_diagonal(two_blocks, 1)
+    uneven = np.clip(np.where(np.add.outer(np.arange(7) >= 5, np.arange(7) >= 5) != 1, 0.8, 0.2)
+                     + rng.normal(0, 0.05, (7, 7)), 0, 1)  # blocks of 5 + 2, and not symmetric
+    np.fill_diagonal(uneven, 1)
+    cases = {"uniform": np.ones((5, 5)), "two blocks (2 + 4)": two_blocks, "noisy, not symmetric (5 + 2)": uneven,
+             **(extra or {})}
+    for case, values in cases.items():
+        block_structure_answer(case, fn(values), reference_block_structure(values))
+    print(f"✔ block_structure passes {len(cases)} cases.")

@@ -11,7 +11,8 @@ import grade_submissions as subs
 import nbformat
 import pytest
 
-from helpers import grade, grade_sandbox
+from helpers import grade
+from helpers.grade import sandbox as grade_sandbox
 
 LIMITS = grade_sandbox.Limits(seconds=15, step_seconds=8, cpu_seconds=15, memory_mb=1000)
 TEST_HOSTILE = [k for k in subs.HOSTILE if k != "busy_loop"]  # busy_loop costs CPU: the benchmark has it
@@ -104,7 +105,7 @@ def test_recognised_by_headings_not_file_name(tmp_path):
 
 
 def test_every_function_exercise_is_graded_or_skipped_with_a_reason():
-    from helpers.grade_cases import EXERCISES, SKIPPED
+    from helpers.grade.cases import EXERCISES, SKIPPED
 
     functions = {e.function for nb in grade.course_notebooks() for e in nb.exercises if e.function}
     assert functions == set(EXERCISES) | set(SKIPPED)

@@ -32,6 +32,54 @@ def test_stubs_replace_solutions():
         assert "### BEGIN SOLUTION" not in code
 
 
+def _body_lines(source: str) -> list:
+    """The lines that carry a body's content: stripped, no blanks, comments or docstring lines."""
+    lines = [line.split("  #")[0].strip() for line in source.splitlines()]  # without trailing comments
+    return [line for line in lines if line and not line.startswith(("#", '"""', "def ")) and not line.endswith('"""')]
+
+
+def _solution_bodies(source: str) -> list:
+    """The body of every solution block of one code cell, as lists of lines."""
+    bodies, inside = [], None
+    for line in source.splitlines():
+        if line.strip() == make_student.BEGIN:
+            inside = []
+        elif line.strip() == make_student.END:
+            bodies.append(_body_lines("\n".join(inside)))
+            inside = None
+        elif inside is not None:
+            inside.append(line)
+    return bodies
+
+
+def shown_solutions(source_dir, student_dir) -> list:
+    """(notebook, cell, first line) for every solution body, or body of a course fallback in helpers.exercises
+    (reference_*), whose lines all appear in one code cell of a student copy."""
+    import inspect
+
+    from helpers import exercises
+
+    fallbacks = [_body_lines(inspect.getsource(getattr(exercises, name)))
+                 for name in dir(exercises) if name.startswith("reference_")]
+    shown = []
+    for path in sorted(student_dir.glob("*.ipynb")):
+        source = json.loads((source_dir / path.name).read_text(encoding="utf-8"))
+        bodies = [body for cell in source["cells"] if cell["cell_type"] == "code"
+                  for body in _solution_bodies("".join(cell["source"]))] + fallbacks
+        student = json.loads(path.read_text(encoding="utf-8"))
+        for index, cell in enumerate(student["cells"]):
+            if cell["cell_type"] != "code":
+                continue
+            lines = set(_body_lines("".join(cell["source"])))
+            shown += [(path.name, index, body[0]) for body in bodies if body and set(body) <= lines]
+    return shown
+
+
+def test_no_student_copy_shows_a_solution():
+    """A fallback the cells below need lives in the helpers, not under the stub (or anywhere in the copy)."""
+    assert shown_solutions(make_student.SOURCE_DIR, make_student.STUDENT_DIR) == []
+
+
 # --------------------------------------------------------------------------- a skipped exercise breaks nothing
 
 STUDENT_RUN_ENV = {

@@ -3,10 +3,10 @@
 For each submitted notebook (.ipynb files, or folders of them):
     1. read it here, as data (a corrupt file gets the row "unreadable: ...");
     2. recognise which course notebook it is from its headings, not its file name;
-    3. send its exercise cells, and the grader's random inputs, to a sandbox (helpers.grade_sandbox),
+    3. send its exercise cells, and the grader's random inputs, to a sandbox (helpers.grade.sandbox),
        which runs those cells and the student's functions, and returns only arrays;
     4. judge the arrays here, in the grader's own process, against the course's reference
-       (helpers.grade_cases), so nothing the student's code does in the sandbox can pass a check.
+       (helpers.grade.cases), so nothing the student's code does in the sandbox can pass a check.
 Writes DIR/grades.csv (one row per student, one column per exercise, total) and DIR/feedback/STUDENT.md.
 
 Only the exercise cells run (and the student's cells that only define functions or import), not the
@@ -34,10 +34,10 @@ import nbformat
 import numpy as np
 from tqdm.auto import tqdm
 
-from helpers import grade_sandbox as sandbox
-from helpers.grade_cases import EXERCISES, SKIPPED, VALUE_EXERCISE, Model
+from helpers.grade import sandbox
+from helpers.grade.cases import EXERCISES, SKIPPED, VALUE_EXERCISE, Model
 
-COURSE_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+COURSE_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 MAX_NOTEBOOK_MB = 20
 MAX_RESULT_MB = 16
 BEGIN = "### BEGIN SOLUTION"
@@ -368,7 +368,7 @@ def grade_class(paths, out_dir, course_dir=COURSE_DIR, limits=None, workers: int
                 isolation: str = "auto") -> list:
     """Grade every submission in `paths`; write grades.csv and feedback/; return the Results in input order.
 
-    isolation: "auto" (the strongest that works here, grade_sandbox.probe()) or a level to force."""
+    isolation: "auto" (the strongest that works here, sandbox.probe()) or a level to force."""
     limits = limits or sandbox.Limits()
     if not 1 <= workers <= sandbox.MAX_WORKERS:
         raise ValueError(f"workers must be between 1 and {sandbox.MAX_WORKERS}, got {workers}.")
@@ -472,6 +472,3 @@ def summary(results) -> str:
         lines.append("  not graded: " + "; ".join(ungraded))
     return "\n".join(lines)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -25,7 +25,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-CHILD = Path(__file__).with_name("grade_child.py")
+CHILD = Path(__file__).with_name("child.py")
 LEVELS = {"namespaces": "no network, teacher's folders hidden, own user id, limits",
           "user-namespaces": "no network, teacher's folders hidden, limits",
           "process": "own process group and folder, limits only: no network or file isolation"}

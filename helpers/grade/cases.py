@@ -4,7 +4,7 @@ For every auto-graded exercise: `cases(rng)` draws the inputs (from a seed the s
 sees), and `judge(case, yours)` compares what the student's function returned with the course's
 reference (helpers.cka and the other helpers modules the notebook checks use), raising AssertionError
 with the message the student will read. Messages come from helpers.exercises._compare, so they read
-like the notebook's own checks.
+like the notebook's own checks, and a known slip is named from the same table (helpers.slips).
 
     EXERCISES["gram_linear"].cases(np.random.default_rng(1))   # [Case("30 examples x 5 features", (X,)), ...]
 """
@@ -17,12 +17,14 @@ from typing import Callable
 import numpy as np
 
 from helpers import cka as reference
-from helpers.exercises import _compare, check_equal_brightness_answer
+from helpers.exercises import (_compare, block_structure_answer, check_equal_brightness_answer, minibatch_reference,
+                               reference_block_structure, reference_gap, reference_matched_depth, reference_ridge)
+from helpers.slips import name_the_slip
 
 
 @dataclass
 class Model:
-    """An argument the sandbox builds itself (helpers.grade_child.build_model), the same as the grader's."""
+    """An argument the sandbox builds itself (helpers.grade.child.build_model), the same as the grader's."""
 
     kind: str
     seed: int
@@ -60,10 +62,18 @@ def _value(yours: dict, case: Case, name: str) -> np.ndarray:
 
 
 def by_reference(name: str, reference_fn: Callable, atol: float = 1e-8) -> Callable:
-    """A judge that compares the student's answer with reference_fn(*case.args), like the notebook's check."""
+    """A judge that compares the student's answer with reference_fn(*case.args), like the notebook's check,
+    and names the slip when the answer is a known wrong one (helpers.slips)."""
 
     def judge(case: Case, yours: dict) -> None:
-        _compare(name, _value(yours, case, name), reference_fn(*case.args), case.label, atol=atol)
+        answer = _value(yours, case, name)
+        try:
+            _compare(name, answer, reference_fn(*case.args), case.label, atol=atol)
+        except AssertionError:
+            slip = name_the_slip(name, [(case.args, answer)])
+            if slip is None:
+                raise
+            raise AssertionError(f"{name} on '{case.label}': {slip.message}") from None
 
     return judge
 
@@ -102,16 +112,20 @@ def _procrustes_cases(rng) -> list:
 # -- inputs
 
 def _features(rng, with_y: bool = True) -> list:
-    """(label, X, Y) feature matrices: tall, wide (p > n), offset from 0, tiny; sizes drawn each time."""
+    """(label, X, Y) feature matrices: tall, wide (p > n), offset from 0, tiny; sizes drawn each time.
+    The last case's large, uneven offset makes a missing centring fail by a lot."""
     n, p = int(rng.integers(20, 40)), int(rng.integers(3, 8))
     wide_n, wide_p = int(rng.integers(8, 14)), int(rng.integers(20, 50))
     X1, X2 = rng.normal(size=(n, p)), rng.normal(size=(wide_n, wide_p))
     X3, X4 = rng.normal(loc=3.0, size=(25, 6)), rng.normal(size=(6, 3))
+    X5 = rng.normal(size=(20, 6)) + rng.uniform(10, 40, size=6)
     return [
         (f"{n} examples x {p} features", X1, X1 @ rng.normal(size=(p, 7)) + 0.3 * rng.normal(size=(n, 7))),
         (f"{wide_n} examples x {wide_p} features (p > n)", X2, rng.normal(size=(wide_n, 9))),
         ("25 examples, features offset by +3", X3, np.tanh(X3) + rng.normal(size=(25, 6))),
         ("6 examples x 3 features", X4, X4[:, :2] ** 2),
+        ("20 examples, 6 vs 11 features, offset by +10 to +40", X5,
+         np.hstack([X5[:, :3] ** 2, rng.normal(size=(20, 8))]) - rng.uniform(5, 20, size=11)),
     ]
 
 
@@ -130,17 +144,9 @@ def _minibatch_cases(rng) -> list:
     for batch, batches in ((8, 3), (16, 2)):
         n = batch * batches
         X = rng.normal(size=(n, 10))
-        cases.append(Case(f"{n} examples in batches of {batch}", (X, np.tanh(X @ rng.normal(size=(10, 12))), batch)))
+        Y = np.tanh(X @ rng.normal(size=(10, 12)))
+        cases.append(Case(f"{n} examples in batches of {batch}", (X + rng.uniform(5, 15, size=10), Y, batch)))
     return cases
-
-
-def _minibatch_reference(X, Y, batch_size):
-    from helpers.minibatch_cka import MinibatchCKA
-
-    accumulator = MinibatchCKA(["X"], ["Y"])
-    for start in range(0, len(X), batch_size):
-        accumulator.update({"X": X[start:start + batch_size]}, {"Y": Y[start:start + batch_size]})
-    return accumulator.result().cell("X", "Y")
 
 
 # -- judges beyond a plain reference
@@ -148,7 +154,7 @@ def _minibatch_reference(X, Y, batch_size):
 def _judge_record_output(case: Case, yours: dict) -> None:
     import torch
 
-    from helpers.grade_child import build_model
+    from helpers.grade.child import build_model
 
     model_spec, name, x = case.args
     model = build_model(model_spec.kind, model_spec.seed)
@@ -169,34 +175,8 @@ def _judge_equal_brightness(case: Case, yours: dict) -> None:
     check_equal_brightness_answer(case.label, pixels, _value(yours, case, "equal_brightness"))
 
 
-def _ridge_svd(Phi, T, lam):
-    """Ridge weights from the SVD of Phi (the notebook's second form): (p, C)."""
-    U, s, Vt = np.linalg.svd(Phi, full_matrices=False)
-    return Vt.T @ np.diag(s / (s ** 2 + lam)) @ U.T @ T
-
-
-def _block_structure(values):
-    """The best split of a (L, L) similarity matrix into two consecutive blocks (notebook 15's reference)."""
-    values = np.asarray(values, dtype=float)
-    L = len(values)
-    different = ~np.eye(L, dtype=bool)
-    scores = []
-    for k in range(1, L):
-        same = (np.arange(L) >= k)[:, None] == (np.arange(L) >= k)[None, :]
-        within, between = values[same & different].mean(), values[~same].mean()
-        scores.append({"split": k, "contrast": within - between, "within": within, "between": between})
-    return max(scores, key=lambda s: s["contrast"])
-
-
 def _judge_block_structure(case: Case, yours: dict) -> None:
-    expected = _block_structure(*case.args)
-    missing = [k for k in expected if k not in yours]
-    if missing:
-        raise AssertionError(f"{case.label}: your dict has no {missing}; return split, contrast, within and between.")
-    if int(yours["split"]) != expected["split"]:
-        raise AssertionError(f"{case.label}: split {int(yours['split'])}, expected {expected['split']}.")
-    for key in ("contrast", "within", "between"):
-        _compare(f"block_structure['{key}']", yours[key], expected[key], case.label)
+    block_structure_answer(case.label, yours, reference_block_structure(*case.args))
 
 
 def _block_cases(rng) -> list:
@@ -295,14 +275,14 @@ EXERCISES = {e.function: e for e in [
     Exercise("gram_linear", lambda rng: [Case(label, (X,)) for label, X, _ in _features(rng)],
              by_reference("gram_linear", reference.gram_linear)),
     Exercise("gram_rbf", lambda rng: [Case(f"{label}, threshold {t}", (X, t))
-                                      for t, (label, X, _) in zip((0.5, 1.0, 2.0), _features(rng))],
+                                      for t, (label, X, _) in zip((0.5, 1.0, 3.0), _features(rng))],
              by_reference("gram_rbf", reference.gram_rbf)),
     Exercise("center_gram", lambda rng: [Case(c.label, c.args[:1]) for c in _grams(rng)],
              by_reference("center_gram", reference.center_gram)),
     Exercise("hsic", _grams, by_reference("hsic", reference.hsic)),
     Exercise("cka", _cka_cases, by_reference("cka", reference.cka, atol=1e-10)),
     Exercise("hsic_unbiased", _grams, by_reference("hsic_unbiased", reference.hsic_unbiased)),
-    Exercise("minibatch_cka", _minibatch_cases, by_reference("minibatch_cka", _minibatch_reference, atol=1e-6)),
+    Exercise("minibatch_cka", _minibatch_cases, by_reference("minibatch_cka", minibatch_reference, atol=1e-6)),
     Exercise("record_output", lambda rng: [Case(f"a 3-layer MLP, layer '{name}'",
                                                 (Model("mlp", int(rng.integers(1 << 30))), name,
                                                  rng.normal(size=(4, 6)).astype(np.float32))) for name in ("0", "2")],
@@ -310,17 +290,17 @@ EXERCISES = {e.function: e for e in [
     Exercise("gram_without_covariate", _gram_without_cases,
              by_reference("gram_without_covariate", _gram_without_reference), torch=True),
     Exercise("matched_depth", lambda rng: [Case(f"{r} x {c} CKA values", (rng.random((r, c)),)) for r, c in ((4, 6), (7, 3))],
-             by_reference("matched_depth", lambda values: values.argmax(axis=1) / (values.shape[1] - 1))),
+             by_reference("matched_depth", reference_matched_depth)),
     Exercise("head_distances", _head_cases, by_reference("head_distances", _head_reference, atol=1e-9), torch=True),
     Exercise("equal_brightness", _brightness_cases, _judge_equal_brightness),
     Exercise("my_mass_radius", _mass_radius_cases, by_reference("my_mass_radius", _mass_radius_reference)),
     Exercise("own_patch_rank", lambda rng: [Case(f"{g * g} tokens on a {g}x{g} grid", (rng.random((g * g, g * g)),))
                                             for g in (3, 4)],
              by_reference("own_patch_rank", _localization_rank)),
-    Exercise("ridge_weights", _ridge_cases, by_reference("ridge_weights", _ridge_svd)),
+    Exercise("ridge_weights", _ridge_cases, by_reference("ridge_weights", reference_ridge)),
     Exercise("gap_to_reference", lambda rng: [Case("6 blocks", (rng.random(6), rng.random(6))),
                                               Case("2 halves x 4 blocks", (rng.random((2, 4)), rng.random((2, 4))))],
-             by_reference("gap_to_reference", lambda model, ref: np.asarray(ref, float) - np.asarray(model, float))),
+             by_reference("gap_to_reference", reference_gap)),
     Exercise("block_structure", _block_cases, _judge_block_structure),
     Exercise("procrustes_similarity", _procrustes_cases, by_reference("procrustes_similarity", _procrustes_reference)),
     Exercise("cka_without_highest", _high_norm_cases, by_reference("cka_without_highest", _high_norm_reference)),

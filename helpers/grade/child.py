@@ -1,6 +1,6 @@
 """The program that runs inside the sandbox: it evaluates one student's functions on the grader's inputs.
 
-Started by helpers.grade_sandbox as `python -I grade_child.py JOB_DIR`, never imported by student code
+Started by helpers.grade.sandbox as `python -I child.py JOB_DIR`, never imported by student code
 (under `-I` the helpers package is not on its path). It trusts nothing it runs, and decides nothing:
     1. hides the teacher's folders (mount namespace) and drops to an unprivileged user, when asked to,
        else drops every capability;
