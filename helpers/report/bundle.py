@@ -60,7 +60,7 @@ OUTPUT_NAMES = tuple(f"{prefix}{name}{x}" for prefix in ("", "twin_", "ref_") fo
     "within_a", "within_b", "matched_depth", "label_cka", "label_cka_a", "label_cka_b", "cross_head",
     "attention_distance_a", "attention_distance_b", "attention_maps_a", "attention_maps_b", "high_norm_audit",
     "receptive_fields", "receptive_field_a", "receptive_field_b",
-    "measure_claims", "verdicts") + tuple(f"measure_{key}" for key in measures.KEYS)
+    "measure_claims", "verdicts", "floor_draws") + tuple(f"measure_{key}" for key in measures.KEYS)
 
 
 def remove_old_outputs(out: Path) -> None:
@@ -93,6 +93,26 @@ def write_measure_tables(measured: dict, cka_judgements: dict, folder: Path) -> 
         np.savez(folder / f"measure_{key}.npz", **arrays)
         paths.append(folder / f"measure_{key}.npz")
     return paths
+
+
+def write_floor_table(floor: dict | None, folder: Path) -> list:
+    """tables/floor_draws.npz: each part's values on every untrained draw (draws, rows, cols), the draws' seeds, and
+    the shuffled-image null of R2/R3 (null_R2_head, ...); nothing without a floor."""
+    if not floor:
+        return []
+    arrays = {name: np.stack(values) for name, values in floor["values"].items()}
+    arrays.update({f"null_{k}": np.asarray(v) for k, v in floor["null"].items()})
+    np.savez(folder / "floor_draws.npz", seeds=np.asarray(floor["seeds"]), **arrays)
+    return [folder / "floor_draws.npz"]
+
+
+def read_floor_table(path) -> dict:
+    """The floor dict (helpers.report.floor.floor_and_null's) back from tables/floor_draws.npz."""
+    with np.load(path) as f:
+        seeds = [int(s) for s in f["seeds"]]
+        return {"seeds": seeds, "values": {k: list(f[k]) for k in f.files if k != "seeds" and not k.startswith("null_")},
+                "null": {k[5:]: [float(x) for x in f[k]] for k in f.files if k.startswith("null_")},
+                "shuffles": max((len(f[k]) for k in f.files if k.startswith("null_")), default=0)}
 
 
 def verdicts_record(measured: dict, cka_judgements: dict, floor: dict | None) -> dict:
@@ -139,7 +159,7 @@ def write_bundle(results: dict, settings: Settings) -> list:
     (out / "verdicts.json").write_text(json.dumps(verdicts_record(measured, cka_judgements, floor), indent=1,
                                                   ensure_ascii=False) + "\n")
     (out / "METHODS.md").write_text(methods_text(results, settings) + measures.methods_paragraph(measured))
-    written += write_measure_tables(measured, cka_judgements, out / "tables")
+    written += write_measure_tables(measured, cka_judgements, out / "tables") + write_floor_table(floor, out / "tables")
     from helpers.report.pages import captions_markdown, overview_html
 
     sections = summary_sections(results, settings)
@@ -167,7 +187,7 @@ def check_out(out) -> Path:
     """The --out folder, created; a ReportError that says what to do when it is a file or cannot be written to."""
     path = Path(out)
     if path.exists() and not path.is_dir():
-        raise ReportError(f"--out {out}: that is a file, not a folder. Give a folder for the report (it is created "
+        raise ReportError(f"--out {out} is a file, not a folder. Give a folder for the report (it is created "
                           "if it does not exist), e.g. --out outputs/my_report.")
     try:
         path.mkdir(parents=True, exist_ok=True)

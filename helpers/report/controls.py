@@ -95,8 +95,8 @@ def _difference(part_x, part_y, statistic, level: float):
 
 UNIT = "checkpoint pairs"  # the report's one unit: one trained model of each architecture
 REFERENCE_SOURCE = "the reference checkpoints (--reference-a/-b), |effect with them - effect|"
-NO_SPREAD_RULE = ("none: one checkpoint of each model and no --reference-a/-b, so the noise is the image-sampling "
-                  "interval alone (a second training run could move the effect by more)")
+NO_SPREAD_RULE = ("none: one checkpoint of each model and no --reference-a/-b, so the noise is the image interval "
+                  "alone")
 NO_NOISE = ("not judged: there is no noise estimate (no image intervals and no --reference gives no "
             "run-to-run spread), so no comparison is claimed")
 

@@ -66,11 +66,12 @@ MIN_REPEATS = 3         # subsamples an interval needs, at least (with 2, t(1) =
 
 def fitted_repeats(asked: int, n_images: int) -> int:
     """The subsamples the report uses for `asked` (--repeats) on n_images: as many as asked, but each of at least
-    MIN_PER_SUBSAMPLE images; 0 (no intervals) when that leaves fewer than MIN_REPEATS. 60 images: 3 of 20."""
+    MIN_PER_SUBSAMPLE images; when that means fewer than asked and fewer than MIN_REPEATS, 0 (no intervals).
+    20 asked: 2,048 images give 20 subsamples of 102, 60 images 3 of 20, 59 images none."""
     if not asked:
         return 0
     repeats = min(asked, n_images // MIN_PER_SUBSAMPLE)
-    return repeats if repeats >= MIN_REPEATS else 0
+    return repeats if repeats == asked or repeats >= MIN_REPEATS else 0
 
 
 def control_models(settings: Settings, model_a, model_b) -> dict:

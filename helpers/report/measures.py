@@ -4,7 +4,8 @@ For each comparative conclusion of the report (helpers.report.controls: R1 the c
 layers, R2 the last layer's counterpart, R3 matched depth follows depth) the same statistic is recomputed with each
 other measure of helpers.measures (orthogonal Procrustes, RSA, mutual k-NN) and judged by the same code
 (controls.judged: helpers.verdicts, the effect against its subsample interval, the reference spread and the
-untrained twins), under both readings. SUMMARY.md then says, for each conclusion, whether it agrees across
+same 5 untrained draws as CKA, measured here on the measures' images without subsamples), under both readings.
+The shuffled-image null is CKA's only (it is computed from CKA's minibatch Grams). SUMMARY.md then says, for each conclusion, whether it agrees across
 measures or depends on the measure.
 
 What is computed. The other measures need every pair of images at once, not minibatches, so they run on a fixed
@@ -15,7 +16,7 @@ same Grams on disjoint subsamples of those images (helpers.intervals; as many as
 MIN_PER_SUBSAMPLE images). Process 0 computes all of it in a run with torchrun.
 
 Cost on the default report (lite models, one thread): 17.9 s for Procrustes measured on the shared 2-core machine at
-load 7.5, 7.8 s of it the forward passes (one eigendecomposition per layer and image subsample, one SVD per pair of
+load 7.5 before the floor had 5 draws (each further draw adds one forward pass per model and reading), 7.8 s of it the forward passes (one eigendecomposition per layer and image subsample, one SVD per pair of
 layers, small when a reading is pooled); a forward pass of --measure-count images at once needs that batch's memory.
 """
 
@@ -237,8 +238,8 @@ def _policies(settings, ma, mb) -> dict:
 
 
 CLAIM_WORDS = {"R1": "the class-information order of the last layers (R1)",
-               "R2": "the last layer of B has a counterpart in A beyond the untrained twins (R2)",
-               "R3": "matched depth follows depth beyond the untrained twins (R3)"}
+               "R2": "the last layer of B has a counterpart in A beyond the untrained draws (R2)",
+               "R3": "matched depth follows depth beyond the untrained draws (R3)"}
 
 
 def conclusion(by_reading: dict) -> str:
@@ -281,7 +282,7 @@ def sentences(measured: dict, cka_judgements: dict, A: str, B: str) -> list:
 
 
 def table(measured: dict, cka_judgements: dict) -> str:
-    """Markdown: each claim and reading, its effect against its noise, the untrained twins and the verdict, per measure."""
+    """Markdown: each claim and reading, its effect against its noise, the untrained draws and the verdict, per measure."""
     from helpers.report.controls import READING_WORDS, _effect_text
 
     keys = keys_of(measured)
@@ -333,8 +334,8 @@ def methods_paragraph(measured: dict) -> str:
             f"compare every pair of images at once, so they ran on the first {measured['n_images']} images of the set "
             f"(one forward pass per model and reading, each layer kept as its Gram matrix), with intervals from "
             f"{measured['repeats']} disjoint subsamples of those images, and were judged by the same rule as CKA (the "
-            "effect against its interval and any reference spread, and against the untrained twins), under both "
-            f"readings. A conclusion agrees across measures when every measure reaches the same verdict.\n\n{cited}\n")
+            "effect against its interval and any reference spread, and against the same untrained draws, measured on "
+            f"these images), under both readings. A conclusion agrees across measures when every measure reaches the same verdict.\n\n{cited}\n")
 
 
 def caption(measured: dict) -> str:
@@ -344,6 +345,6 @@ def caption(measured: dict) -> str:
         return ""
     names = ", ".join(KEYS[k] for k in keys)
     return (f"\n**tables/measure_claims.csv** Each comparative conclusion (R1-R3) under both readings and each measure "
-            f"(CKA, {names}): the effect, its noise, the untrained twins' effect and the verdict of helpers.verdicts; "
+            f"(CKA, {names}): the effect, its noise, the untrained draws (count, seeds, range), CKA's shuffled-image null and the verdict of helpers.verdicts; "
             f"{names} on the first {measured['n_images']} images, with {measured['repeats']} disjoint subsamples for "
             f"the noise. **tables/measure_<name>.npz** every matrix those verdicts rest on, with its subsample values.\n")

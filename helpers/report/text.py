@@ -162,8 +162,8 @@ def summary_sections(results: dict, settings: Settings) -> dict:
         r = rf["radius_px"]
         d.append(f"Half of the receptive field of {name} lies within {r[0]:.1f} px of its centre at the first recorded "
                  f"layer ({rf['layers'][0]}) and within {r[-1]:.1f} px at the last ({rf['layers'][-1]}); a field spread "
-                 f"over the whole image would need {rf['uniform_px']:.1f} px (first {rf['n_images']} images, one "
-                 "reading without an interval).")
+                 f"over the whole image would need {rf['uniform_px']:.1f} px (first {rf['n_images']} images, channel "
+                 "gradients summed; one estimate without an interval).")
     for w, name in (("a", A), ("b", B)):
         att = results["attention"][w]
         if att is None:
@@ -364,6 +364,9 @@ def settings_record(results: dict, settings: Settings) -> dict:
             "model_classes": results["model_classes"],
             "weights": {"a": _weights(settings.model_a, settings.weights_a), "b": _weights(settings.model_b, settings.weights_b)},
             "readings": results["readings"],
+            "repeats_asked": results.get("repeats_asked", settings.repeats),
+            "floor_seeds": (results.get("floor") or {}).get("seeds"),
+            "null_shuffles": (results.get("floor") or {}).get("shuffles"),
             "versions": versions()}
 
 
@@ -376,12 +379,12 @@ _PLAIN = {"R1": "which model's last layer carries more class information",
           "R3": "whether deeper layers of {B} match deeper layers of {A}"}
 
 
-def _interval(v, level: float = 0.9) -> str:
-    """'+0.066 (90% interval +0.058 to +0.074)' from a verdict's effect and its image interval ('' without one)."""
+def _interval(v, words: str = "") -> str:
+    """'+0.066 (90% interval +0.058 to +0.074)' from a verdict's effect and its image interval (words: '90% interval ')."""
     e = v.effects[0]
     if v.intervals:
         h = v.intervals[0]
-        return f"{e:+.2f} ({level:.0%} interval {e - h:+.2f} to {e + h:+.2f})"
+        return f"{e:+.2f} ({words}{e - h:+.2f} to {e + h:+.2f})"
     return f"{e:+.2f} (no image interval; noise {v.noise[0]:.2f} from the reference checkpoints)"
 
 
@@ -413,7 +416,8 @@ def _stand_sentence(claim: str, by_reading: dict, A: str, B: str, level: float) 
     top = max(max(v.floor_draws) for v in (head, tokens)) if head.floor_draws else None
     floor = f"; untrained copies at most {top:+.2f}" if top is not None else ""
     null = (f", shuffled images {max(verdicts_null(v) for v in (head, tokens)):+.2f}" if head.null else "")
-    numbers = f"{_interval(head, level)} (classifier reading), {_interval(tokens, level)} (all tokens){floor}{null}"
+    numbers = (f"{_interval(head, f'{level:.0%} interval ')} under the classifier reading and {_interval(tokens)} over all "
+               f"tokens{floor}{null}")
     if claim == "R1":
         higher, lower = (A, B) if "A - B" in head.measure else (B, A)
         return f"The last layer of {higher} carries more class information than that of {lower}: CKA with the labels higher by {numbers}."
