@@ -164,9 +164,54 @@ def test_attention_asked_of_a_model_without_attention(tmp_path, capsys):
     assert "has no attention layers" in err and "--attention auto" in err
 
 
-def test_too_few_images_per_subsample(tmp_path, capsys):
-    err = _error(["--count", "40", "--repeats", "10", "--out", str(tmp_path)], capsys)
-    assert "fewer --repeats" in err
+def test_small_sets_get_fewer_subsamples_or_none():
+    """Issue 42: as many subsamples as asked, each of at least 20 images; fewer when the set is small, none below 3."""
+    from helpers.report.loading import MIN_PER_SUBSAMPLE, MIN_REPEATS, fitted_repeats
+
+    assert fitted_repeats(20, 2048) == 20
+    assert fitted_repeats(20, 60) == 3 == MIN_REPEATS and 60 // 3 == MIN_PER_SUBSAMPLE
+    assert fitted_repeats(20, 59) == 0  # below the smallest sensible size: no intervals
+    assert fitted_repeats(10, 400) == 10 and fitted_repeats(2, 40) == 2  # what was asked, when it fits
+    assert fitted_repeats(0, 2048) == 0
+
+
+def test_sixty_labelled_images_run_with_the_defaults(tmp_path, capsys):
+    """Issue 42: the defaults on a folder of 60 class-labelled photos: 3 subsamples of 20, said in SUMMARY and METHODS,
+    the short section first, the other measures left out (fewer than 100 images) with a sentence saying so."""
+    from jpeg_folder import write_jpeg_folder
+
+    folder = write_jpeg_folder(tmp_path / "photos", count=60, side=64)
+    out = tmp_path / "out"
+    assert report.main(["--images", str(folder), "--out", str(out)]) == 0
+    summary, methods = (out / "SUMMARY.md").read_text(), (out / "METHODS.md").read_text()
+    assert "3 disjoint subsamples of 20 images" in summary and "20 subsamples were asked for" in summary
+    assert "too few for the 20 subsamples asked for, so the report chose 3" in methods
+    assert "The other measures (Procrustes) were not computed" in summary
+    _check_short_section(summary)
+
+
+def _short_section(summary: str) -> str:
+    """The text between SUMMARY.md's title and its first other heading."""
+    lines = summary.splitlines()
+    assert lines[0].startswith("# Summary: ")
+    body = []
+    for line in lines[1:]:
+        if line.startswith("#"):
+            break
+        body.append(line)
+    return "\n".join(body).strip()
+
+
+def _check_short_section(summary: str) -> None:
+    """Issue 42: SUMMARY.md opens with a short section of at most about 200 words, no course jargon, one methods
+    sentence, with the number of untrained draws."""
+    from helpers.report.text import SHORT_WORDS
+
+    short = _short_section(summary)
+    assert short and len(short.split()) <= SHORT_WORDS, (len(short.split()), short)
+    assert short.count("Methods: ") == 1 and "untrained copies of both architectures" in short
+    for jargon in ("1 of 1", "not learned", "learned in", "twin", "DISAGREE", "R1", "R2", "R3", "FLAG"):
+        assert jargon not in short, jargon
 
 
 def test_images_of_mixed_sizes_are_resized_by_each_model(tmp_path):
@@ -209,6 +254,41 @@ def _parts_from_tables(folder):
     return parts
 
 
+def test_short_section_opens_the_summary(bundle):
+    text = (bundle / "SUMMARY.md").read_text()
+    _check_short_section(text)
+    assert text.index("## ") > text.index("Methods: ")  # before any other heading
+    assert "shuffles of the images" in _short_section(text)
+
+
+def test_floor_draws_and_null_are_recorded_in_summary_json_and_csv(bundle):
+    """Issue 40: R1-R3 against 5 seeded untrained draws (seeds --seed .. --seed+4), R2/R3 with a shuffled-image null
+    of 20; the seeds and the number of draws in SUMMARY.md, verdicts.json and tables/verdicts.csv."""
+    from helpers.report.bundle import read_floor_table
+    from helpers.report.controls import best_match_last, depth_correlation
+
+    text = (bundle / "SUMMARY.md").read_text()
+    record = json.loads((bundle / "verdicts.json").read_text())
+    assert record["floor_seeds"] == [0, 1, 2, 3, 4] and record["floor_draws"] == 5 and record["null_shuffles"] == 20
+    floor = read_floor_table(bundle / "tables" / "floor_draws.npz")
+    assert floor["seeds"] == [0, 1, 2, 3, 4]
+    with np.load(bundle / "tables" / "twin_cross_head.npz") as twin:  # draw 0 is the untrained twins
+        assert np.allclose(floor["values"]["cross_head"][0], twin["values"])
+    for v in record["verdicts"]:
+        assert v["floor_seeds"] == [0, 1, 2, 3, 4] and len(v["floor_draws"]) == 5
+        if v["measure"] == "CKA" and v["claim"] in ("R2", "R3"):
+            assert len(v["null"]) == 20
+            x = "_head" if v["reading"] == "head" else ""
+            statistic = best_match_last if v["claim"] == "R2" else depth_correlation
+            assert np.allclose(v["floor_draws"], [statistic(m) for m in floor["values"][f"cross{x}"]], atol=1e-6)
+    rows = _csv(bundle / "tables" / "verdicts.csv")
+    assert len(rows) == len(record["verdicts"])
+    assert all(r["untrained_draws"] == "5" and r["untrained_seeds"] == "0 1 2 3 4" for r in rows)
+    assert all(r["null_shuffles"] == "20" for r in rows if r["measure"] == "CKA" and r["claim"] != "R1")
+    assert "over 5 draws (seeds 0-4)" in text and "shuffled-image null" in text
+    assert "one checkpoint of each model and no --reference-a/-b" in rows[0]["spread_rule"]
+
+
 def test_summary_shows_both_readings_the_floor_and_claims_only_what_both_agree_on(bundle):
     """Issue 34: the all-token reading alone said 'lite-efficientnet is higher than lite-vit' (0.92 vs the ViT's 0.19),
     while the ViT's CLS token (what its head reads) has 0.83. Each comparison is now judged under both readings by
@@ -221,13 +301,18 @@ def test_summary_shows_both_readings_the_floor_and_claims_only_what_both_agree_o
     for needle in ("classifier reading (A: cls, B: mean)", "all-token reading (A: all, B: all)", "untrained twin",
                    "## Both readings beside their untrained twins"):
         assert needle in text, needle
-    judgements = rc.judged(_parts_from_tables(bundle / "tables"), True, 0.9)
+    from helpers.report.bundle import read_floor_table
+
+    floor = read_floor_table(bundle / "tables" / "floor_draws.npz")
+    judgements = rc.judged(_parts_from_tables(bundle / "tables"), True, 0.9, floor)
     lines = text.splitlines()
     for claim, first_words in (("R1", "Class information of the last recorded layers"), ("R2", "has a counterpart in"),
                                ("R3", "matched depth follows depth")):
         line = next(x for x in lines if first_words in x)
         for v in judgements[claim].values():
             assert f"{v.effects[0]:+.3f} against noise {v.noise[0]:.3f}" in line, (claim, line)
+        for v in judgements[claim].values():
+            assert f"over {len(v.floor_draws)} draws (seeds 0-4)" in line and (v.null is None or "shuffled-image null" in line)
         if rc.agree(judgements[claim]):
             assert "DISAGREE" not in line and "agree" in line, line
         else:
@@ -501,6 +586,7 @@ def test_measures_summary_has_one_sentence_per_conclusion_and_the_table(bundle):
 
 def test_measures_claims_table_holds_the_judged_numbers(bundle):
     """measure_claims.csv's CKA rows are the report's own verdicts; every measure has a row per claim and reading."""
+    from helpers.report.bundle import read_floor_table
     from helpers.report.controls import judged
 
     out = bundle
@@ -508,7 +594,7 @@ def test_measures_claims_table_holds_the_judged_numbers(bundle):
         rows = list(csv.DictReader(f))
     assert {r["measure"] for r in rows} == {"CKA", "Procrustes"}  # the default: --measures cka,procrustes
     assert len(rows) == 3 * 2 * 2  # claims x readings x measures
-    cka = judged(_parts_from_tables(out / "tables"), True, 0.9)
+    cka = judged(_parts_from_tables(out / "tables"), True, 0.9, read_floor_table(out / "tables" / "floor_draws.npz"))
     for r in rows:
         if r["measure"] == "CKA":
             v = cka[r["claim"]][r["reading"]]

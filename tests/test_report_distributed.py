@@ -47,8 +47,11 @@ def _worker(rank, world_size, init_file, out, results_file, settings=None):
             assert results["files"] == [] and again["files"] == []  # process 1 writes nothing
         loaded = [line for line in again["log"] if "loaded" in line]
         # process 0 loads every CKA part (full data and 2 subsamples) and its own five: the attention distances and
-        # maps of the ViT, the highest-norm audit, 2 receptive fields
-        assert len(loaded) == (len(results["parts"]) * 3 + 5 if rank == 0 else 0)
+        # maps of the ViT, the highest-norm audit, 2 receptive fields; and the floor: the untrained draws after the
+        # first (the twins, a CKA part) and the shuffled-image null (helpers.report.floor)
+        from helpers.report.floor import FLOOR_DRAWS
+
+        assert len(loaded) == (len(results["parts"]) * 3 + 5 + (FLOOR_DRAWS - 1) + 1 if rank == 0 else 0)
     finally:
         dist.destroy_process_group()
 

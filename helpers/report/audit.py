@@ -366,10 +366,13 @@ def high_norm_flags(audit: dict, names: dict, layers: dict) -> list:
         what = "; ".join(f"the {'label' if row[3] == 'labels' else 'matched'} CKA of {row[0]}'s last layer {row[2]} "
                          f"({READING_WORDS[row[1]]}) goes from {row[5]:.3f} to {row[6]:.3f} (noise {row[7]:.3f})"
                          for row in used)
+        ups = {row[6] > row[5] for row in used}  # which way the values go without the images
+        effect = ("so these few images lower a value the comparisons use" if ups == {True} else
+                  "so these few images raise a value the comparisons use" if ups == {False} else
+                  "so these few images move values the comparisons use (some up, some down)")
         out.append(f"HIGH-NORM FLAG for the comparisons above: without the {k} highest-norm images {what}: more than its "
-                   "noise, so these few images weigh on a value the comparisons use (a few dominant images can inflate "
-                   "CKA: Nguyen, Raghu & Kornblith, 2022). Look at them, and at tables/high_norm_audit.csv, before "
-                   "relying on that comparison.")
+                   f"noise, {effect} (a few images of very large norm can dominate CKA: Nguyen, Raghu & Kornblith, "
+                   "2022). Look at them, and at tables/high_norm_audit.csv, before relying on that comparison.")
     for name in (names["a"], names["b"]):
         for r in READING_WORDS:
             mine = [row for row in rows if row[0] == name and row[1] == r]

@@ -8,22 +8,23 @@ The all-token reading of a ViT is dominated by its patch tokens, which carry the
 class information is invisible there (notebook 07: lite-vit's CLS token has CKA 0.83 with the labels, its
 flattened tokens 0.19). Every comparison is therefore made under both readings.
 
-Controls. The untrained twin of each model (same architecture, random initialisation, seeded) is the floor: what
-the architecture and the images give before any training. Optional reference checkpoints (--reference-a/-b, a
-second seed or fine-tune) give the run-to-run spread.
+Controls. The floor is each comparison on FLOOR_DRAWS untrained draws of both architectures (random weights, seeds
+--seed .. --seed+4, helpers.report.floor): what the architectures and the images give before any training. The
+first draw is the "untrained twin" pair shown beside the trained models in the tables and figures. R2 and R3 also
+get a shuffled-image null (helpers.nulls). Optional reference checkpoints (--reference-a/-b, a second seed or
+fine-tune) give the run-to-run spread; without them there is none, and each verdict says so.
 
 Sentences. Each comparison (helpers.claims.REPORT_CLAIMS: R1, R2, R3) is judged by helpers.verdicts.judge under
 each reading, with the interval half-width from the report's disjoint subsamples, the spread from the references
-and the floor from the twins. A comparative sentence is written only when both readings get the same verdict;
+(or none, recorded) and the floor from the untrained draws. A comparative sentence is written only when both readings get the same verdict;
 otherwise the summary says that they disagree and what each shows.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import torch
 
-from helpers import intervals, models, verdicts, zoo
+from helpers import intervals, verdicts
 
 READINGS = ("head", "tokens")  # part-name suffixes: "_head" for the classifier reading, "" for all tokens
 READING_WORDS = {"head": "classifier reading", "tokens": "all tokens"}
@@ -39,21 +40,6 @@ def classifier_policy(model) -> str:
     (a GAP ViT, a Mixer, a CNN: the head reads the average over tokens or positions)."""
     prefix = int(getattr(model, "num_prefix_tokens", 0) or 0)
     return "cls" if prefix and getattr(model, "global_pool", None) == "token" else "mean"
-
-
-def untrained_twin(name: str, like, seed: int = 0):
-    """Model `name` with random weights (same architecture, initialisation seeded by `seed`), on `like`'s device.
-
-    The twin of a local checkpoint is its timm architecture; the twin of a lite model is its zoo recipe.
-    """
-    device = next(like.parameters()).device
-    with torch.random.fork_rng(devices=[]):  # leave the caller's random state untouched
-        torch.manual_seed(seed)
-        if name in zoo.ZOO:
-            twin = models.load(name, pretrained=False, device=device)
-        else:
-            twin = models.load(name, pretrained=False, device=device, num_classes=getattr(like, "num_classes", 1000))
-    return twin
 
 
 # --------------------------------------------------------------------------- statistics with their subsamples
@@ -81,16 +67,21 @@ def _last_stat(values):
     return values[-1].max()
 
 
-def _last_match(values):
-    return values[:, -1].max()
+def best_match_last(values) -> float:
+    """R2's statistic: the CKA of B's last layer (last column) with its best match in A. (La, Lb) -> float."""
+    return float(values[:, -1].max())
 
 
-def _depth_correlation(values):
-    """Correlation between the depth of each layer of B and the depth of its best match in A (0 when constant)."""
+def depth_correlation(values) -> float:
+    """R3's statistic: correlation between the depth of each layer of B and the depth of its best match in A.
+
+    (La, Lb) -> float in [-1, 1]; 0 when every layer of B picks the same layer of A (no order to correlate)."""
     best = values.argmax(axis=0)
     if len(best) < 3 or np.ptp(best) == 0:
         return 0.0
     return float(np.corrcoef(np.arange(len(best)), best)[0, 1])
+
+
 
 
 def _difference(part_x, part_y, statistic, level: float):
@@ -102,6 +93,13 @@ def _difference(part_x, part_y, statistic, level: float):
 
 # --------------------------------------------------------------------------- the judged comparisons
 
+UNIT = "checkpoint pairs"  # the report's one unit: one trained model of each architecture
+REFERENCE_SOURCE = "the reference checkpoints (--reference-a/-b), |effect with them - effect|"
+NO_SPREAD_RULE = ("none: one checkpoint of each model and no --reference-a/-b, so the noise is the image interval "
+                  "alone")
+NO_NOISE = ("not judged: there is no noise estimate (no image intervals and no --reference gives no "
+            "run-to-run spread), so no comparison is claimed")
+
 
 def _spread(parts: dict, name: str, measure) -> float | None:
     """|effect with the reference checkpoints - effect|: how far a second run moves it (None without references)."""
@@ -110,13 +108,43 @@ def _spread(parts: dict, name: str, measure) -> float | None:
     return abs(measure("ref_") - measure(""))
 
 
-def judged(parts: dict, has_labels: bool, level: float) -> dict:
+def _judge(claim: str, value: float, half, spread, draws, seeds, null, measure: str):
+    """The verdict of one comparison under one reading (helpers.verdicts.judge, one unit: the trained pair).
+
+    The spread: with reference checkpoints, how far they move the effect (a borrowed spread, named); without, none:
+    the noise is the image interval alone and the verdict records that rule (judge needs a spread for one unit, so
+    it gets 0 and the rule is rewritten to say there was none). With neither an interval nor a reference there is
+    no noise at all, and the comparison is not judged."""
+    common = dict(floor_draws=draws, floor_seeds=seeds, unit=UNIT, measure=measure, seeds=["the trained pair"],
+                  null=null, note="" if draws else "no untrained floor: the draws were not computed")
+    if half is None and spread is None:
+        return verdicts.Verdict(claim, "not measured", effects=[value], note=NO_NOISE, floor_draws=draws,
+                                floor_seeds=seeds, null=null, unit=UNIT, measure=measure, spread_rule=NO_SPREAD_RULE)
+    v = verdicts.judge(claim, [value], None if half is None else [half], spread=0.0 if spread is None else spread,
+                       spread_source=REFERENCE_SOURCE, **common)
+    if spread is None:
+        v.spread_rule = NO_SPREAD_RULE
+    return v
+
+
+def _draws(floor, effect_of_draw) -> tuple:
+    """(the effect on each untrained draw, their seeds), or (None, None) without a floor. effect_of_draw(i) -> float."""
+    if not floor or not floor.get("values"):
+        return None, None
+    return [float(effect_of_draw(i)) for i in range(len(floor["seeds"]))], list(floor["seeds"])
+
+
+def judged(parts: dict, has_labels: bool, level: float, floor: dict | None = None) -> dict:
     """{claim: {reading: Verdict}} for R1 (labels; when the images have labels), R2 and R3, under both readings.
 
+    floor: helpers.report.floor.floor_and_null's {'seeds', 'values': {part: [values per draw]}, 'null'}: each
+    effect is also computed on every untrained draw (the floor), and R2/R3 get the shuffled-image null. Without it
+    (None) the verdicts have no floor and say so.
     R1's effect is oriented by the classifier reading (positive: the model it shows higher), so that the two
     readings agree only when they show the same order.
     """
-    out = {}
+    out, values = {}, (floor or {}).get("values", {})
+    null = (floor or {}).get("null", {})
     if has_labels:
         a, b = parts["labels_a_head"].full.values[-1, 0], parts["labels_b_head"].full.values[-1, 0]
         sign = 1.0 if a >= b else -1.0
@@ -128,29 +156,26 @@ def judged(parts: dict, has_labels: bool, level: float) -> dict:
                 return sign * (parts[f"{prefix}labels_a{x}"].full.values[-1, 0] - parts[f"{prefix}labels_b{x}"].full.values[-1, 0])
 
             value, half = _difference(parts[f"labels_a{x}"], parts[f"labels_b{x}"], _last_label, level)
-            floor, floor_half = _difference(parts[f"twin_labels_a{x}"], parts[f"twin_labels_b{x}"], _last_label, level)
+            draws, seeds = _draws(floor, lambda i, x=x: sign * (values[f"labels_a{x}"][i][-1, 0] - values[f"labels_b{x}"][i][-1, 0]))
             spread = _spread(parts, f"labels_a{x}", effect) if f"ref_labels_a{x}" in parts and f"ref_labels_b{x}" in parts else None
-            out["R1"][r] = verdicts.judge("R1", [sign * value], None if half is None else [half], spread, sign * floor,
-                                          floor_half or 0.0, measure=f"last-layer label CKA, ({'A - B' if sign > 0 else 'B - A'})")
-    for claim, statistic in (("R2", _last_match), ("R3", _depth_correlation)):
+            out["R1"][r] = _judge("R1", sign * value, half, spread, draws, seeds, None,
+                                  f"last-layer label CKA, ({'A - B' if sign > 0 else 'B - A'})")
+    for claim, statistic in (("R2", best_match_last), ("R3", depth_correlation)):
         out[claim] = {}
         for r in READINGS:
             x = suffix(r)
             value, half = _stat(parts[f"cross{x}"], statistic, level)
-            floor, floor_half = _stat(parts[f"twin_cross{x}"], statistic, level)
+            draws, seeds = _draws(floor, lambda i, x=x, statistic=statistic: statistic(values[f"cross{x}"][i]))
             spread = (abs(float(statistic(parts[f"ref_cross{x}"].full.values)) - value)
                       if f"ref_cross{x}" in parts else None)
-            out[claim][r] = verdicts.judge(claim, [value], None if half is None else [half], spread, floor, floor_half or 0.0)
+            out[claim][r] = _judge(claim, value, half, spread, draws, seeds, null.get(f"{claim}{x}"),
+                                   {"R2": "best-match CKA of B's last layer", "R3": "matched-depth correlation"}[claim])
     return out
 
 
 def unjudged(by_reading: dict) -> bool:
-    """True when a reading has no verdict (no noise estimate: --repeats 0 and no references)."""
+    """True when a reading has no verdict (no noise estimate: no image intervals and no references)."""
     return any(v.verdict == "not measured" for v in by_reading.values())
-
-
-NO_NOISE = ("not judged: there is no noise estimate (--repeats 0 gives no image intervals and no --reference gives no "
-            "run-to-run spread), so no comparison is claimed")
 
 
 def agree(by_reading: dict) -> bool:
@@ -159,16 +184,51 @@ def agree(by_reading: dict) -> bool:
     return len(words) == 1 and "not measured" not in next(iter(words))
 
 
+def seeds_text(seeds) -> str:
+    """'seeds 0-4' for consecutive seeds, else 'seeds 0, 3, 7'."""
+    seeds = [int(s) for s in seeds]
+    if seeds == list(range(seeds[0], seeds[0] + len(seeds))) and len(seeds) > 2:
+        return f"seeds {seeds[0]}-{seeds[-1]}"
+    return "seeds " + ", ".join(map(str, seeds))
+
+
+def controls_text(v) -> str:
+    """', untrained -0.822 to +0.411 over 5 draws (seeds 0-4), shuffled-image null +0.102 (95th percentile of 20)'."""
+    out = ""
+    if v.floor_draws:
+        out += (f", untrained {min(v.floor_draws):+.3f} to {max(v.floor_draws):+.3f} over {len(v.floor_draws)} draws "
+                f"({seeds_text(v.floor_seeds)})")
+    if v.null:
+        out += f", shuffled-image null {verdicts.null_level(v.null):+.3f} (95th percentile of {len(v.null)} shuffles)"
+    return out
+
+
+def beats_null(v) -> bool:
+    """True without a null, else when the effect exceeds the null's 95th percentile by more than its noise (the same
+    rule as the floor's: helpers.nulls, a trained pair must beat the chance level of a best-match statistic)."""
+    return not v.null or not v.noise or v.effects[0] - verdicts.null_level(v.null) > v.noise[0]
+
+
 def _effect_text(v) -> str:
     if not v.noise:
-        return f"{v.effects[0]:+.3f} (no noise estimate)" if v.effects else "not measured"
-    floor = f", untrained twins {v.floor:+.3f}" if v.floor is not None else ""
-    spread = f", reference spread {v.spread:.3f}" if v.spread is not None else ""
-    return f"{v.effects[0]:+.3f} against noise {v.noise[0]:.3f}{spread}{floor}: {v.words()}"
+        return (f"{v.effects[0]:+.3f} (no noise estimate{controls_text(v)})" if v.effects else "not measured")
+    spread = f", reference spread {v.spread:.3f}" if v.spread_rule.startswith("borrowed") else ""
+    chance = "" if beats_null(v) else "; NOT above the shuffled-image null by more than its noise"
+    return f"{v.effects[0]:+.3f} against noise {v.noise[0]:.3f}{spread}{controls_text(v)}: {v.words()}{chance}"
 
 
 def _learned(v) -> bool:
-    return v.shown > 0 and v.tag != verdicts.NOT_LEARNED
+    """The trained pair shows the comparison, beyond the upper end of the untrained draws (no tag) and, for R2/R3,
+    above the shuffled-image null by more than its noise."""
+    return v.shown > 0 and not v.tag and beats_null(v)
+
+
+def learned(by_reading: dict) -> bool:
+    """True when the comparison is shown and learned (_learned) under every reading."""
+    return all(_learned(v) for v in by_reading.values())
+
+
+FLOOR_WORDS = "untrained copies of both architectures"
 
 
 def sentences(judgements: dict, A: str, B: str, layer_names: dict) -> list:
@@ -182,9 +242,9 @@ def sentences(judgements: dict, A: str, B: str, layer_names: dict) -> list:
                 f"difference in CKA with the labels, {higher} minus {lower})")
         if unjudged(vs):
             s.append(f"{what}: {NO_NOISE} ({both}).")
-        elif agree(vs) and _learned(vs["head"]):
-            s.append(f"{what}: both readings agree that {higher} holds more class information than {lower}, beyond the "
-                     f"untrained twins ({both}).")
+        elif agree(vs) and learned(vs):
+            s.append(f"{what}: both readings agree that {higher} holds more class information than {lower}, beyond "
+                     f"the {FLOOR_WORDS} ({both}).")
         elif agree(vs):
             s.append(f"{what}: both readings give the same verdict, and it claims no learned order: {both}.")
         else:
@@ -192,15 +252,15 @@ def sentences(judgements: dict, A: str, B: str, layer_names: dict) -> list:
                      "your question depends on what you ask: the classifier reading is what the head uses; all tokens "
                      "include the patch tokens, which carry the image itself.")
     texts = {"R2": (f"the last recorded layer of {B} ({layer_names['b']}) has a counterpart in {A} that is more alike "
-                    "than in the untrained twins", "best-match CKA of that layer"),
-             "R3": (f"matched depth follows depth (deeper layers of {B} match deeper layers of {A}), beyond the untrained "
-                    "twins", "correlation of the depths")}
+                    f"than in the {FLOOR_WORDS}", "best-match CKA of that layer"),
+             "R3": (f"matched depth follows depth (deeper layers of {B} match deeper layers of {A}), beyond the "
+                    f"{FLOOR_WORDS}", "correlation of the depths")}
     for claim, (claim_words, measure) in texts.items():
         vs = judgements[claim]
         both = "; ".join(f"{READING_WORDS[r]} {_effect_text(v)}" for r, v in vs.items())
         if unjudged(vs):
             s.append(f"Whether {claim_words}: {NO_NOISE} ({measure}: {both}).")
-        elif agree(vs) and _learned(vs["head"]):
+        elif agree(vs) and learned(vs):
             s.append(f"Both readings agree that {claim_words} ({measure}: {both}).")
         elif agree(vs):
             s.append(f"Both readings agree that it is NOT shown that {claim_words} ({measure}: {both}).")
@@ -209,9 +269,12 @@ def sentences(judgements: dict, A: str, B: str, layer_names: dict) -> list:
     return s
 
 
-def readings_table(parts: dict, has_labels: bool, A: str, B: str, level: float) -> str:
-    """A markdown table of the key numbers under both readings, the trained models beside their untrained twins."""
-    rows = ["| quantity | reading | trained | untrained twins | reference |", "|---|---|---|---|---|"]
+def readings_table(parts: dict, has_labels: bool, A: str, B: str, level: float, floor: dict | None = None) -> str:
+    """A markdown table of the key numbers under both readings: the trained models, the first untrained draw (the
+    twins, with its interval), the range over all untrained draws (floor: floor_and_null's dict) and the reference."""
+    n = len((floor or {}).get("seeds", []))
+    rows = [f"| quantity | reading | trained | untrained twins | untrained, {n} draws | reference |",
+            "|---|---|---|---|---|---|"]
 
     def cell(name, statistic):
         if name not in parts:
@@ -219,17 +282,21 @@ def readings_table(parts: dict, has_labels: bool, A: str, B: str, level: float) 
         value, half = _stat(parts[name], statistic, level)
         return f"{value:.3f}" + (f" ± {half:.3f}" if half is not None else "")
 
+    def drawn(name, statistic):
+        draws = [float(statistic(v)) for v in (floor or {}).get("values", {}).get(name, [])]
+        return f"{min(draws):.3f} to {max(draws):.3f}" if draws else "-"
+
     quantities = []
     if has_labels:
         quantities += [(f"label CKA, last layer of {A}", "labels_a", _last_label),
                        (f"label CKA, last layer of {B}", "labels_b", _last_label)]
     quantities += [(f"CKA with image statistics (brightness or colour), last layer of {A}", "stats_a", _last_stat),
                    (f"CKA with image statistics (brightness or colour), last layer of {B}", "stats_b", _last_stat)]
-    quantities += [(f"best-match CKA of the last layer of {B}", "cross", _last_match),
-                   ("matched-depth correlation", "cross", _depth_correlation)]
+    quantities += [(f"best-match CKA of the last layer of {B}", "cross", best_match_last),
+                   ("matched-depth correlation", "cross", depth_correlation)]
     for what, name, statistic in quantities:
         for r in READINGS:
             x = suffix(r)
             rows.append(f"| {what} | {READING_WORDS[r]} | {cell(name + x, statistic)} | {cell('twin_' + name + x, statistic)} "
-                        f"| {cell('ref_' + name + x, statistic)} |")
+                        f"| {drawn(name + x, statistic)} | {cell('ref_' + name + x, statistic)} |")
     return "\n".join(rows)

@@ -59,19 +59,30 @@ def load_inputs(settings: Settings):
     plan = attention_plan(settings, model_a, model_b)
     # under torchrun process 0 downloads and extracts the images alone, then the others read its folder
     images = main_first(world(), lambda: load_images(settings), f"Loading --images {settings.images}")
-    if settings.repeats and len(images) // settings.repeats < 20:
-        raise ReportError(f"{len(images)} images in {settings.repeats} subsamples give {len(images) // settings.repeats} "
-                          "images each: use fewer --repeats, more --count, or --repeats 0 (no intervals).")
     return model_a, model_b, images, plan
+
+
+MIN_PER_SUBSAMPLE = 20  # images in each disjoint subsample of an interval, at least
+MIN_REPEATS = 3         # subsamples an interval needs, at least (with 2, t(1) = 6.3 makes it nearly useless)
+
+
+def fitted_repeats(asked: int, n_images: int) -> int:
+    """The subsamples the report uses for `asked` (--repeats) on n_images: as many as asked, but each of at least
+    MIN_PER_SUBSAMPLE images; when that means fewer than asked and fewer than MIN_REPEATS, 0 (no intervals).
+    20 asked: 2,048 images give 20 subsamples of 102, 60 images 3 of 20, 59 images none."""
+    if not asked:
+        return 0
+    repeats = min(asked, n_images // MIN_PER_SUBSAMPLE)
+    return repeats if repeats == asked or repeats >= MIN_REPEATS else 0
 
 
 def control_models(settings: Settings, model_a, model_b) -> dict:
     """{'twin': (A's untrained twin, B's), 'ref': (reference of A or A, reference of B or B)}; 'ref' only when a
-    --reference is given. The twins share the architecture and are seeded by --seed."""
-    from helpers.report.controls import untrained_twin
+    --reference is given. The twins are the first untrained draw (helpers.report.floor): both architectures built
+    right after torch.manual_seed(--seed)."""
+    from helpers.report.floor import draw_models
 
-    out = {"twin": (untrained_twin(settings.model_a, model_a, settings.seed),
-                    untrained_twin(settings.model_b, model_b, settings.seed + 1))}
+    out = {"twin": draw_models(settings, model_a, model_b, settings.seed)}
     if settings.reference_a or settings.reference_b:
         out["ref"] = (load_model(settings.model_a, "A (--reference-a)", settings.reference_a) if settings.reference_a else model_a,
                       load_model(settings.model_b, "B (--reference-b)", settings.reference_b) if settings.reference_b else model_b)

@@ -4,7 +4,8 @@ For each comparative conclusion of the report (helpers.report.controls: R1 the c
 layers, R2 the last layer's counterpart, R3 matched depth follows depth) the same statistic is recomputed with each
 other measure of helpers.measures (orthogonal Procrustes, RSA, mutual k-NN) and judged by the same code
 (controls.judged: helpers.verdicts, the effect against its subsample interval, the reference spread and the
-untrained twins), under both readings. SUMMARY.md then says, for each conclusion, whether it agrees across
+same 5 untrained draws as CKA, measured here on the measures' images without subsamples), under both readings.
+The shuffled-image null is CKA's only (it is computed from CKA's minibatch Grams). SUMMARY.md then says, for each conclusion, whether it agrees across
 measures or depends on the measure.
 
 What is computed. The other measures need every pair of images at once, not minibatches, so they run on a fixed
@@ -15,7 +16,7 @@ same Grams on disjoint subsamples of those images (helpers.intervals; as many as
 MIN_PER_SUBSAMPLE images). Process 0 computes all of it in a run with torchrun.
 
 Cost on the default report (lite models, one thread): 17.9 s for Procrustes measured on the shared 2-core machine at
-load 7.5, 7.8 s of it the forward passes (one eigendecomposition per layer and image subsample, one SVD per pair of
+load 7.5 before the floor had 5 draws (each further draw adds one forward pass per model and reading), 7.8 s of it the forward passes (one eigendecomposition per layer and image subsample, one SVD per pair of
 layers, small when a reading is pooled); a forward pass of --measure-count images at once needs that batch's memory.
 """
 
@@ -147,16 +148,19 @@ def matrix(prepared_a: list, prepared_b: list, key: str) -> np.ndarray:
 # --------------------------------------------------------------------------- the report's parts, re-measured
 
 
-def compute_measures(settings, model_a, model_b, images, controls: dict) -> dict:
-    """{key: {'parts': {name: Part}, 'judgements': controls.judged(...)}} for each measure beside CKA, and
-    'n_images', 'repeats': the images used ({'n_images', 'note'} when there are too few). controls: the untrained
-    twins and references, {'twin': (A's, B's), 'ref': ...} as compute's results['controls']. Parts have the report's names (cross, cross_head, labels_a, twin_cross,
-    ...), so controls.judged judges them exactly as it judges CKA's."""
+def compute_measures(settings, model_a, model_b, images, controls: dict, floor: bool = True) -> dict:
+    """{key: {'parts': {name: Part}, 'floor': {...}, 'judgements': controls.judged(...)}} for each measure beside CKA,
+    and 'n_images', 'repeats': the images used ({'n_images', 'note'} when there are too few). controls: the untrained
+    twins and references, {'twin': (A's, B's), 'ref': ...} as compute's results['controls']. Parts have the report's
+    names (cross, cross_head, labels_a, twin_cross, ...), so controls.judged judges them exactly as it judges CKA's.
+    floor: also measure every untrained draw of helpers.report.floor (the twins are its first; the others on these
+    images only, without subsamples), the same floor as CKA's."""
     from helpers import intervals
     from helpers.data import subset
     from helpers.minibatch_cka import CKAMatrix
     from helpers.report.compute import Part
-    from helpers.report.controls import READINGS, classifier_policy, judged, suffix
+    from helpers.report.controls import judged, suffix
+    from helpers.report.floor import FLOOR_PARTS, draw_models, draw_seeds
     from helpers.report.settings import layers_arg
 
     keys = check(settings)
@@ -176,12 +180,16 @@ def compute_measures(settings, model_a, model_b, images, controls: dict) -> dict
         labels = {"class labels": label_gram(chosen.labels, np.unique(np.asarray(list(images.labels))))}
     grams = {}
     for prefix, ma, mb in sets:
-        for r in READINGS:
-            pa, pb = ((classifier_policy(ma), classifier_policy(mb)) if r == "head"
-                      else (settings.policy_a, settings.policy_b))
+        for r, (pa, pb) in _policies(settings, ma, mb).items():
             grams[prefix, r] = (layer_grams(ma, chosen, la, pa), layer_grams(mb, chosen, lb, pb))
     out = {"n_images": n, "repeats": repeats}
     samples = [None] + list(parts_idx)  # all n images, then each disjoint subsample
+    seeds = draw_seeds(settings.seed) if floor and "twin" in controls else []
+    drawn = []  # per further draw: {(reading): (Grams of A's layers, Grams of B's)}, on all n images only
+    for seed in seeds[1:]:
+        ma, mb = draw_models(settings, model_a, model_b, seed)
+        drawn.append({r: (layer_grams(ma, chosen, la, pa), layer_grams(mb, chosen, lb, pb))
+                      for r, (pa, pb) in _policies(settings, ma, mb).items()})
     for key in keys:
         def prepared(grams_of_layers: dict, how=prepare) -> list:
             """[[prepared layer for each layer] for all images, then for each subsample]"""
@@ -202,27 +210,47 @@ def compute_measures(settings, model_a, model_b, images, controls: dict) -> dict
                 for w, g, p in (("a", ga, pa), ("b", gb, pb)):
                     parts[f"{prefix}labels_{w}{x}"] = part(f"{prefix}labels_{w}{x}", [list(g)[-1]], ["class labels"],
                                                            [layers[-1:] for layers in p], label_prepared)
-        out[key] = {"parts": parts, "judgements": judged(parts, labels is not None, settings.level)}
+        floor_of_key = None
+        if seeds:  # each further draw measured on all n images: the same statistics as the parts, no subsamples
+            values = {name: [parts[f"twin_{name}"].full.values] for name in FLOOR_PARTS if f"twin_{name}" in parts}
+            label_full = None if labels is None else [prepare_labels(K, key) for K in labels.values()]
+            for grams_of_draw in drawn:
+                for r, (ga, gb) in grams_of_draw.items():
+                    pa, pb = ([prepare(K, key) for K in g.values()] for g in (ga, gb))
+                    values[f"cross{suffix(r)}"].append(matrix(pa, pb, key))
+                    if labels is not None:
+                        for w, p in (("a", pa), ("b", pb)):
+                            values[f"labels_{w}{suffix(r)}"].append(matrix(p[-1:], label_full, key))
+            floor_of_key = {"seeds": seeds, "values": values, "null": {}}
+        out[key] = {"parts": parts, "floor": floor_of_key,
+                    "judgements": judged(parts, labels is not None, settings.level, floor_of_key)}
     return out
+
+
+def _policies(settings, ma, mb) -> dict:
+    """{reading: (policy of A, policy of B)} for the classifier reading ('head') and all tokens ('tokens')."""
+    from helpers.report.controls import classifier_policy
+
+    return {"head": (classifier_policy(ma), classifier_policy(mb)), "tokens": (settings.policy_a, settings.policy_b)}
 
 
 # --------------------------------------------------------------------------- the words
 
 
 CLAIM_WORDS = {"R1": "the class-information order of the last layers (R1)",
-               "R2": "the last layer of B has a counterpart in A beyond the untrained twins (R2)",
-               "R3": "matched depth follows depth beyond the untrained twins (R3)"}
+               "R2": "the last layer of B has a counterpart in A beyond the untrained draws (R2)",
+               "R3": "matched depth follows depth beyond the untrained draws (R3)"}
 
 
 def conclusion(by_reading: dict) -> str:
     """One word for a claim under one measure, from its verdicts under both readings (as the summary decides)."""
-    from helpers.report.controls import _learned, agree, unjudged
+    from helpers.report.controls import agree, learned, unjudged
 
     if unjudged(by_reading):
         return "not judged"
     if not agree(by_reading):
         return "readings disagree"
-    if not _learned(by_reading["head"]):
+    if not learned(by_reading):
         return "not shown"
     if "A - B" in by_reading["head"].measure:
         return "holds, A higher"
@@ -254,7 +282,7 @@ def sentences(measured: dict, cka_judgements: dict, A: str, B: str) -> list:
 
 
 def table(measured: dict, cka_judgements: dict) -> str:
-    """Markdown: each claim and reading, its effect against its noise, the untrained twins and the verdict, per measure."""
+    """Markdown: each claim and reading, its effect against its noise, the untrained draws and the verdict, per measure."""
     from helpers.report.controls import READING_WORDS, _effect_text
 
     keys = keys_of(measured)
@@ -269,15 +297,29 @@ def table(measured: dict, cka_judgements: dict) -> str:
     return "\n".join(rows)
 
 
+CLAIMS_HEADER = ["claim", "reading", "measure", "effect", "noise", "spread_rule", "untrained_draws", "untrained_seeds",
+                 "untrained_min", "untrained_max", "null_shuffles", "null_95th", "verdict"]
+
+
+def verdict_row(claim: str, reading: str, name: str, v) -> list:
+    """One row of CLAIMS_HEADER for a Verdict: its effect and noise, the untrained draws (count, seeds, range) and
+    the shuffled-image null (count, 95th percentile; empty for R1 and the other measures)."""
+    from helpers.verdicts import null_level
+
+    draws, null = v.floor_draws or [], v.null or []
+    return [claim, reading, name, v.effects[0] if v.effects else None, v.noise[0] if v.noise else None, v.spread_rule,
+            len(draws), " ".join(str(s) for s in (v.floor_seeds or [])), min(draws) if draws else None,
+            max(draws) if draws else None, len(null), null_level(null) if null else None, v.words()]
+
+
 def claims_rows(measured: dict, cka_judgements: dict) -> list:
-    """Rows for tables/measure_claims.csv: claim, reading, measure, effect, noise, untrained twins, verdict."""
+    """Rows (CLAIMS_HEADER) for tables/verdicts.csv and measure_claims.csv: each claim, reading and measure."""
     keys = keys_of(measured)
     rows = []
     for claim, by_reading in cka_judgements.items():
         for r in by_reading:
             for name, v in [("CKA", by_reading[r])] + [(KEYS[k], measured[k]["judgements"][claim][r]) for k in keys]:
-                rows.append([claim, r, name, v.effects[0] if v.effects else None, v.noise[0] if v.noise else None,
-                             v.floor, v.words()])
+                rows.append(verdict_row(claim, r, name, v))
     return rows
 
 
@@ -292,8 +334,8 @@ def methods_paragraph(measured: dict) -> str:
             f"compare every pair of images at once, so they ran on the first {measured['n_images']} images of the set "
             f"(one forward pass per model and reading, each layer kept as its Gram matrix), with intervals from "
             f"{measured['repeats']} disjoint subsamples of those images, and were judged by the same rule as CKA (the "
-            "effect against its interval and any reference spread, and against the untrained twins), under both "
-            f"readings. A conclusion agrees across measures when every measure reaches the same verdict.\n\n{cited}\n")
+            "effect against its interval and any reference spread, and against the same untrained draws, measured on "
+            f"these images), under both readings. A conclusion agrees across measures when every measure reaches the same verdict.\n\n{cited}\n")
 
 
 def caption(measured: dict) -> str:
@@ -303,6 +345,6 @@ def caption(measured: dict) -> str:
         return ""
     names = ", ".join(KEYS[k] for k in keys)
     return (f"\n**tables/measure_claims.csv** Each comparative conclusion (R1-R3) under both readings and each measure "
-            f"(CKA, {names}): the effect, its noise, the untrained twins' effect and the verdict of helpers.verdicts; "
+            f"(CKA, {names}): the effect, its noise, the untrained draws (count, seeds, range), CKA's shuffled-image null and the verdict of helpers.verdicts; "
             f"{names} on the first {measured['n_images']} images, with {measured['repeats']} disjoint subsamples for "
             f"the noise. **tables/measure_<name>.npz** every matrix those verdicts rest on, with its subsample values.\n")

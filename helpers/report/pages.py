@@ -22,18 +22,18 @@ def captions(results: dict, settings, figure_names) -> dict:
                  "Intervals per cell are in tables/cross.csv; the untrained twins' matrix in tables/twin_cross.csv.",
         "cross_head": f"As the cross-model figure, under the {head}, {images}; the twins' matrix in tables/twin_cross_head.csv.",
         "matched_depth": f"Top: for each layer of {B}, the layer of {A} with the highest CKA, under both readings. Bottom: "
-                         f"that CKA, with the untrained twins' (dashed: the floor), {images}. {iv} (all-token curve)",
+                         f"that CKA, with the untrained twins' (dashed: the first of the untrained draws that make the floor), {images}. {iv} (all-token curve)",
         "label_cka": f"CKA of each layer with the one-hot class labels on a relative-depth axis, {images}: top the "
-                     f"{head}, bottom the {tokens}; dashed, each model's untrained twin (the floor). {iv}",
+                     f"{head}, bottom the {tokens}; dashed, each model's untrained twin (the same architecture with random weights; the first of the untrained draws). {iv}",
         "receptive_fields": f"Radius (px) around the centre of mass holding half of each layer's effective receptive field "
-                            f"(|d centre output / d input|, channels summed), first {min(n, 32)} images; one reading, "
+                            f"(|d centre output / d input|, channels summed: a variant of Raghu et al.'s per-channel reading), first {min(n, 32)} images; one estimate, "
                             "no interval. Dashed: a field spread evenly over the whole image.",
     }
     for w, name in (("a", A), ("b", B)):
         att = results["attention"][w]
         if att is not None:
             text[f"attention_distance_{w}"] = (f"Mean attention distance (px) of every head of every block of {name}, "
-                                               f"patch tokens only, first {att['n_images']} images; one reading, no "
+                                               f"patch tokens only, first {att['n_images']} images; one estimate, no "
                                                "interval. Dashed: a head attending uniformly.")
         maps = (results.get("attention_maps") or {}).get(w)
         if maps is not None:
@@ -44,7 +44,7 @@ def captions(results: dict, settings, figure_names) -> dict:
                 f"{'the first image of each of the first classes' if results['has_labels'] else 'the first images'}), in block 0 (the first) and block {last} (the last): per row the image as the model saw "
                 f"it, the mean over the {heads} heads, then each head, drawn over the grey image; one colour scale per "
                 "row (0 to its largest value). Raw softmax probabilities on the patch keys (the rest of the row goes "
-                "to the prefix tokens); one reading, no interval: a few images illustrate, they do not measure. "
+                "to the prefix tokens); one estimate, no interval: a few images illustrate, they do not measure. "
                 f"Every value: tables/attention_maps_{w}.csv.")
     return {k: v for k, v in text.items() if k in figure_names}
 

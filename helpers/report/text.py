@@ -13,6 +13,7 @@ from helpers import models, zoo
 from helpers.course import shown_path
 from helpers.report.compute import mean_off_diagonal
 from helpers.report.settings import Settings, file_sha256
+from helpers.report.loading import MIN_PER_SUBSAMPLE, MIN_REPEATS
 
 REFERENCES = [
     "Raghu, M., Unterthiner, T., Kornblith, S., Zhang, C., & Dosovitskiy, A. (2021). Do Vision Transformers See "
@@ -73,23 +74,47 @@ def _reading_names(results: dict, reading: str) -> str:
     return f"{READING_LABEL[reading]} (A: {pol['a'][reading]}, B: {pol['b'][reading]})"
 
 
+SECTIONS = ("The comparisons under each reading", "Audits and flags", "Descriptions of each model")
+
+
 def summary_sentences(results: dict, settings: Settings) -> list:
-    """The summary, one computed sentence per item (SUMMARY.md)."""
+    """The summary, one computed sentence per item (SUMMARY.md's sections, in order, as one list)."""
+    return [line for lines in summary_sections(results, settings).values() for line in lines]
+
+
+def repeats_words(results: dict, settings: Settings) -> str:
+    """How the intervals were made, and, when the set was too small for the subsamples asked, what the report chose."""
+    n, R = results["n_images"], settings.repeats
+    asked = results.get("repeats_asked", R)
+    iv = (f"{settings.level:.0%} intervals from {R} disjoint subsamples of {n // R} images each" if R else "no intervals")
+    if asked and R != asked:
+        iv += (f" ({asked} subsamples were asked for; with {n} images the report chose {R}, keeping at least "
+               f"{MIN_PER_SUBSAMPLE} images in each)" if R else
+               f" ({n} images are too few for {MIN_REPEATS} subsamples of {MIN_PER_SUBSAMPLE}, the smallest the report "
+               "makes intervals from, so it ran without them)")
+    elif not R:
+        iv += " (--repeats 0)"
+    return iv
+
+
+def summary_sections(results: dict, settings: Settings) -> dict:
+    """{heading: [sentences]}: the comparisons (R1-R3 under both readings), the audits and flags, the descriptions."""
     parts, A, B = results["parts"], settings.model_a, settings.model_b
-    s, R = [], settings.repeats
-    iv = (f"{settings.level:.0%} intervals from {R} disjoint subsamples of {results['n_images'] // R} images each"
-          if R else "no intervals (--repeats 0)")
+    s = []
     s.append(f"All numbers come from {results['n_images']} images of '{results['images_name']}', minibatches of "
-             f"{settings.batch_size}; brackets are {iv} (image sampling only, not other training runs).")
+             f"{settings.batch_size}; brackets are {repeats_words(results, settings)} (image sampling only, not other "
+             "training runs).")
     from helpers.report import controls as rc
 
-    uni = {w: parts[f"within_{w}"].interval_of(mean_off_diagonal) for w in ("a", "b")}
-    s.append(f"Mean CKA between different layers of the same model ({_reading_names(results, 'tokens')}): {A} "
-             f"{_v(*uni['a'])}, {B} {_v(*uni['b'])} (a description of each model, not a comparison: no order is claimed).")
-    s.append(f"The untrained twins (the same architectures with random weights, seed {settings.seed}) are the floor of "
-             "every comparison below; " + ("the reference checkpoints give the run-to-run spread." if "ref_cross" in parts
-                                          else "no reference checkpoints were given (--reference-a/-b), so the only noise "
-                                               "is the image sampling, not a second training run."))
+    floor = results.get("floor")
+    seeds = floor["seeds"] if floor else [settings.seed]
+    s.append(f"The untrained twins are the same architectures with random weights, both built after seeding with "
+             f"{settings.seed}; the floor of every comparison below is the comparison on {len(seeds)} such untrained "
+             f"draws ({rc.seeds_text(seeds)}), and R2 and R3 also get a null from "
+             f"{floor['shuffles'] if floor else 0} shuffles of which image B's features belong to; "
+             + ("the reference checkpoints give the run-to-run spread." if "ref_cross" in parts
+                else "no reference checkpoints were given (--reference-a/-b), so the only noise "
+                     "is the image sampling, not a second training run."))
     for r in rc.READINGS:
         x = rc.suffix(r)
         cross = parts[f"cross{x}"]
@@ -101,58 +126,63 @@ def summary_sentences(results: dict, settings: Settings) -> list:
                  f"{_v(values[0, 0], low[0, 0], high[0, 0])} (untrained twins {twin[0, 0]:.2f}); last layers ({rows[-1]}, "
                  f"{cols[-1]}) {_v(values[-1, -1], low[-1, -1], high[-1, -1])} (twins {twin[-1, -1]:.2f}); the most similar "
                  f"pair is {rows[i]} with {cols[j]}, {_v(values[i, j], low[i, j], high[i, j])} (twins {twin[i, j]:.2f}).")
-    judgements = rc.judged(parts, results["has_labels"], settings.level)
+    judgements = rc.judged(parts, results["has_labels"], settings.level, floor)
     last = {"a": parts["cross"].full.rows[-1], "b": parts["cross"].full.cols[-1]}
     s += rc.sentences(judgements, A, B, last)
     from helpers.report.audit import flags, last_layer_flag
 
+    audits = []
     flag = last_layer_flag(parts, results["has_labels"], {"a": A, "b": B}, results["readings"])
-    s += ([flag] if flag else []) + flags(parts, results["has_labels"], {"a": A, "b": B}, results["readings"])
+    audits += ([flag] if flag else []) + flags(parts, results["has_labels"], {"a": A, "b": B}, results["readings"])
     if results.get("high_norm") is not None:
         from helpers.report.audit import high_norm_flags
 
-        s += high_norm_flags(results["high_norm"], {"a": A, "b": B},
-                             {"a": list(parts["cross"].full.rows), "b": list(parts["cross"].full.cols)})
+        audits += high_norm_flags(results["high_norm"], {"a": A, "b": B},
+                                  {"a": list(parts["cross"].full.rows), "b": list(parts["cross"].full.cols)})
+    d = []
+    uni = {w: parts[f"within_{w}"].interval_of(mean_off_diagonal) for w in ("a", "b")}
+    d.append(f"Mean CKA between different layers of the same model ({_reading_names(results, 'tokens')}): {A} "
+             f"{_v(*uni['a'])}, {B} {_v(*uni['b'])} (a description of each model, not a comparison: no order is claimed).")
     if results["has_labels"]:
         for w, name in (("a", A), ("b", B)):
             for r in rc.READINGS:
                 p = parts[f"labels_{w}{rc.suffix(r)}"]
                 k = int(p.full.values[:, 0].argmax())
                 twin = parts[f"twin_labels_{w}{rc.suffix(r)}"].full.values[k, 0]
-                s.append(f"In {name} under the {READING_LABEL[r]} ({results['readings'][w][r]}), the class labels are most "
+                d.append(f"In {name} under the {READING_LABEL[r]} ({results['readings'][w][r]}), the class labels are most "
                          f"visible at {p.full.rows[k]} (layer {k + 1} of {len(p.full.rows)}, CKA "
                          f"{_v(*(x[k, 0] for x in p.interval()))}; untrained twin {twin:.2f}).")
     else:
-        s.append("The images have no class labels, so CKA with the labels is not computed.")
+        d.append("The images have no class labels, so CKA with the labels is not computed.")
     for w, name in (("a", A), ("b", B)):
         rf = results.get("receptive_fields", {}).get(w)
         if not rf or "error" in rf:
-            s.append(f"Receptive fields of {name}: not computed ({(rf or {}).get('error', 'not asked for')}).")
+            d.append(f"Receptive fields of {name}: not computed ({(rf or {}).get('error', 'not asked for')}).")
             continue
         r = rf["radius_px"]
-        s.append(f"Half of the receptive field of {name} lies within {r[0]:.1f} px of its centre at the first recorded "
+        d.append(f"Half of the receptive field of {name} lies within {r[0]:.1f} px of its centre at the first recorded "
                  f"layer ({rf['layers'][0]}) and within {r[-1]:.1f} px at the last ({rf['layers'][-1]}); a field spread "
-                 f"over the whole image would need {rf['uniform_px']:.1f} px (first {rf['n_images']} images, one "
-                 "reading without an interval).")
+                 f"over the whole image would need {rf['uniform_px']:.1f} px (first {rf['n_images']} images, channel "
+                 "gradients summed; one estimate without an interval).")
     for w, name in (("a", A), ("b", B)):
         att = results["attention"][w]
         if att is None:
             why = "it has no attention layers" if not results["attention_exists"][w] else f"not asked for: --attention {settings.attention}"
-            s.append(f"Attention distances of {name}: not applicable ({why}).")
+            d.append(f"Attention distances of {name}: not applicable ({why}).")
             continue
-        d, u = att["distances"], att["uniform"]
-        local = int((d < u / 2).sum())
+        dist, u = att["distances"], att["uniform"]
+        local = int((dist < u / 2).sum())
         maps = (results.get("attention_maps") or {}).get(w)
         if maps is not None:
             share = maps["prefix_share_last"].mean()
-            s.append(f"Attention maps of {name} (figures/attention_maps_{w}; {maps['query']}, {len(maps['indices'])} "
+            d.append(f"Attention maps of {name} (figures/attention_maps_{w}; {maps['query']}, {len(maps['indices'])} "
                      f"example images, blocks 0 and {maps['blocks'] - 1}) illustrate, they do not measure; in the last "
                      f"block the {maps['query']} puts {1 - share:.0%} of its attention on the patches on these images "
                      f"(averaged over the heads), the rest on the prefix tokens.")
-        s.append(f"In {name} the mean attention distance over heads is {d[0].mean():.1f} px in the first block and "
-                 f"{d[-1].mean():.1f} px in the last (a uniform head: {u:.1f} px); {local} of {d.size} heads attend "
+        d.append(f"In {name} the mean attention distance over heads is {dist[0].mean():.1f} px in the first block and "
+                 f"{dist[-1].mean():.1f} px in the last (a uniform head: {u:.1f} px); {local} of {dist.size} heads attend "
                  f"within half the uniform distance (first {att['n_images']} images).")
-    return s
+    return dict(zip(SECTIONS, (s, audits, d)))
 
 
 def _weights(name: str, path=None) -> str:
@@ -215,6 +245,37 @@ def _layer_list(resolved: dict) -> str:
     return ", ".join(label if label == module else f"{label} = {module}" for label, module in resolved.items())
 
 
+def _draws_words(results: dict, s: Settings) -> str:
+    """'5 untrained draws of both architectures (random weights; draw s built right after torch.manual_seed(s), seeds 0-4)'."""
+    from helpers.report.controls import seeds_text
+
+    seeds = (results.get("floor") or {}).get("seeds") or [s.seed]
+    return (f"{len(seeds)} untrained draws of both architectures (the same architectures with random weights; each "
+            f"draw builds both right after seeding the random generator with its seed, {seeds_text(seeds)}; the first "
+            "is shown beside the trained models as their untrained twins)")
+
+
+def _null_words(results: dict) -> str:
+    floor = results.get("floor") or {}
+    if not floor.get("null"):
+        return ""
+    return (f"; the two best-match statistics (the best-match CKA of B's last layer and the matched-depth correlation) "
+            f"are also compared with a permutation null: the statistic recomputed {floor['shuffles']} times with B's "
+            "images shuffled within each minibatch (its 95th percentile is printed beside the floor)")
+
+
+def _fitted_words(results: dict, s: Settings) -> str:
+    """The sentence saying that the report chose fewer subsamples (or none) for a small image set, else ''."""
+    asked, n = results.get("repeats_asked", s.repeats), results["n_images"]
+    if not asked or asked == s.repeats:
+        return ""
+    if s.repeats:
+        return (f" The set has {n} images, too few for the {asked} subsamples asked for, so the report chose {s.repeats}, "
+                f"keeping at least {MIN_PER_SUBSAMPLE} images in each.")
+    return (f" (the set has {n} images, fewer than the {MIN_REPEATS} subsamples of {MIN_PER_SUBSAMPLE} images the "
+            "report needs for an interval, so it ran without intervals)")
+
+
 def methods_text(results: dict, settings: Settings) -> str:
     """METHODS.md: a paragraph to paste into an appendix, the settings in brief, and the references."""
     s, parts, v = settings, results["parts"], versions()
@@ -230,12 +291,12 @@ def methods_text(results: dict, settings: Settings) -> str:
         f"layers of B ('{s.layers_b}': {_layer_list(res['b'])}). Token policy: for A, {POLICY_WORDS[s.policy_a]}; for B, "
         f"{POLICY_WORDS[s.policy_b]}. Every cross-model and label comparison was also made under each model's classifier "
         f"reading (what its classification head reads; A: {POLICY_WORDS[results['readings']['a']['head']]}; B: "
-        f"{POLICY_WORDS[results['readings']['b']['head']]}), and on the untrained twin of each model (the same "
-        f"architecture, random initialisation, seed {s.seed} for A and {s.seed + 1} for B) as a floor"
+        f"{POLICY_WORDS[results['readings']['b']['head']]}), and on {_draws_words(results, s)} as a floor"
         + (f"; reference checkpoints ({', '.join(_weights(getattr(s, 'model_' + w), getattr(s, 'reference_' + w)) for w in 'ab' if getattr(s, 'reference_' + w))}) "
            "give the run-to-run spread" if s.reference_a or s.reference_b else "") +
-        f". A comparison is stated only when both readings get the same verdict under the course's rule (effect against "
-        f"max(interval, run-to-run spread), and against the untrained twins). CKA was estimated with the minibatch estimator of Nguyen et al. (2021): unbiased "
+        f". A comparison is stated only when both readings get the same verdict under the course's rule (the effect "
+        f"must exceed its noise, max(interval, run-to-run spread), and be learned: exceed the largest value of the untrained "
+        f"draws by more than its noise){_null_words(results)}. CKA was estimated with the minibatch estimator of Nguyen et al. (2021): unbiased "
         f"HSIC per minibatch of {s.batch_size} images, summed over minibatches (each weighted by m(m-3)) before the "
         f"normalisation, so that no activations are stored. We report CKA between the layers of each model, between "
         f"every layer of A and every layer of B, the matched depth (for each layer of B, the layer of A with the highest "
@@ -256,8 +317,9 @@ def methods_text(results: dict, settings: Settings) -> str:
                       "and the last block.")
     fields = [f for f in results.get("receptive_fields", {}).values() if f and "error" not in f]
     if fields:
-        paragraph += (f" Effective receptive fields (as in Raghu et al., 2021, Fig. 6): the absolute gradient of each "
-                      f"layer's output at its centre location (summed over channels) with respect to the input, "
+        paragraph += (f" Effective receptive fields (a variant of Raghu et al., 2021, Fig. 6, which reads each channel "
+                      f"separately; here the channels' gradients are summed first, so they can cancel): the absolute "
+                      f"gradient of each layer's output at its centre location (summed over channels) with respect to the input, "
                       f"averaged over the first {fields[0]['n_images']} images, summarised by the radius around its "
                       f"centre of mass that holds half of the gradient.")
     if R:
@@ -267,9 +329,10 @@ def methods_text(results: dict, settings: Settings) -> str:
             f"divided by sqrt({R}). The spread is that of the subsample estimator (CKA on {n // R} images), rescaled to "
             f"{n} images on the assumption that its variance falls as one over the number of images; the intervals "
             f"describe the sampling of images only, not differences between training runs, and their coverage was "
-            f"checked on synthetic data (tests/test_intervals.py). Raghu et al. (2021) averaged 20 repeats.")
+            f"checked on synthetic data (tests/test_intervals.py). (Raghu et al. (2021) averaged CKA over 20 repeats; "
+            f"here the subsamples give an interval, not an average.)" + _fitted_words(results, s))
     else:
-        paragraph += " No intervals were computed (--repeats 0)."
+        paragraph += " No intervals were computed" + (_fitted_words(results, s) or " (--repeats 0)") + "."
     paragraph += (" An image-statistics audit gives, for each recorded layer under both readings, its CKA with each "
                   "image's mean brightness and with its per-channel colour means (pixel values with the model's "
                   "normalisation undone), and the share of its variance along the top principal component (per "
@@ -307,4 +370,104 @@ def settings_record(results: dict, settings: Settings) -> dict:
             "model_classes": results["model_classes"],
             "weights": {"a": _weights(settings.model_a, settings.weights_a), "b": _weights(settings.model_b, settings.weights_b)},
             "readings": results["readings"],
+            "repeats_asked": results.get("repeats_asked", settings.repeats),
+            "floor_seeds": (results.get("floor") or {}).get("seeds"),
+            "null_shuffles": (results.get("floor") or {}).get("shuffles"),
             "versions": versions()}
+
+
+# --------------------------------------------------------------------------- the short section a student can paste
+
+SHORT_WORDS = 200  # the short section's length, at most about this many words
+
+_PLAIN = {"R1": "which model's last layer carries more class information",
+          "R2": "whether the last layer of {B} has a close counterpart in {A}",
+          "R3": "whether deeper layers of {B} match deeper layers of {A}"}
+
+
+def _interval(v, words: str = "") -> str:
+    """'+0.066 (90% interval +0.058 to +0.074)' from a verdict's effect and its image interval (words: '90% interval ')."""
+    e = v.effects[0]
+    if v.intervals:
+        h = v.intervals[0]
+        return f"{e:+.2f} ({words}{e - h:+.2f} to {e + h:+.2f})"
+    return f"{e:+.2f} (no image interval; noise {v.noise[0]:.2f} from the reference checkpoints)"
+
+
+def _stands(claim: str, cka: dict, measured: dict) -> tuple:
+    """(True, '') when the claim holds, beyond the untrained draws (and the null), under both readings and every
+    measure computed; else (False, the reason in plain words)."""
+    from helpers.report import measures
+
+    words = {"CKA": measures.conclusion(cka[claim])}
+    words.update({measures.KEYS[k]: measures.conclusion(measured[k]["judgements"][claim]) for k in measures.keys_of(measured)})
+    values = set(words.values())
+    if len(values) == 1 and next(iter(values)).startswith("holds"):
+        return True, ""
+    if "not judged" in values:
+        return False, "there is no noise estimate (too few images for intervals, and no second checkpoint)"
+    if len(values) > 1:
+        plain = {"not shown": "not beyond untrained copies or shuffled images", "readings disagree": "the readings disagree",
+                 "not judged": "not judged"}
+        return False, "the similarity measures disagree (" + "; ".join(
+            f"with {m}: {'holds' if w.startswith('holds') else plain[w]}" for m, w in words.items()) + ")"
+    if values == {"readings disagree"}:
+        return False, "the two readings disagree"
+    return False, "the trained models do not beat untrained copies (or shuffled images) by more than the noise"
+
+
+def _stand_sentence(claim: str, by_reading: dict, A: str, B: str, level: float) -> str:
+    """One plain sentence for a conclusion that stands: what, the number and interval under each reading, the floor."""
+    head, tokens = by_reading["head"], by_reading["tokens"]
+    top = max(max(v.floor_draws) for v in (head, tokens)) if head.floor_draws else None
+    floor = f"; untrained copies at most {top:+.2f}" if top is not None else ""
+    null = (f", shuffled images {max(verdicts_null(v) for v in (head, tokens)):+.2f}" if head.null else "")
+    numbers = (f"{_interval(head, f'{level:.0%} interval ')} under the classifier reading and {_interval(tokens)} over all "
+               f"tokens{floor}{null}")
+    if claim == "R1":
+        higher, lower = (A, B) if "A - B" in head.measure else (B, A)
+        return f"The last layer of {higher} carries more class information than that of {lower}: CKA with the labels higher by {numbers}."
+    if claim == "R2":
+        return f"The last layer of {B} has a close counterpart in {A}: best-match CKA {numbers}."
+    return f"Deeper layers of {B} match deeper layers of {A}: correlation of depth with matched depth {numbers}."
+
+
+def verdicts_null(v) -> float:
+    from helpers.verdicts import null_level
+
+    return null_level(v.null)
+
+
+def short_section(results: dict, settings: Settings, judgements: dict, measured: dict) -> str:
+    """SUMMARY.md's opening paragraph (at most about SHORT_WORDS words), for a reader outside the course: each
+    conclusion that stands under both readings and every measure, one sentence with its numbers and intervals; one
+    sentence naming the comparisons that do not stand and why; one methods sentence."""
+    from helpers.report import measures
+    from helpers.report.controls import seeds_text
+
+    A, B = settings.model_a, settings.model_b
+    out, left = [], {}
+    for claim in judgements:
+        ok, why = _stands(claim, judgements, measured)
+        if ok:
+            out.append(_stand_sentence(claim, judgements[claim], A, B, settings.level))
+        else:
+            left.setdefault(why, []).append(_PLAIN[claim].format(A=A, B=B))
+    if not out:
+        out.append(f"No comparison between {A} and {B} holds under both readings and every similarity measure computed.")
+    for why, claims in left.items():
+        out.append(f"Not concluded, because {why}: {' or '.join(claims)}.")
+    n, R = results["n_images"], settings.repeats
+    floor = results.get("floor") or {}
+    seeds = floor.get("seeds") or [settings.seed]
+    used = ["CKA"] + [measures.KEYS[k] for k in measures.keys_of(measured)]
+    spread = ("reference checkpoints give the run-to-run spread" if "ref_cross" in results["parts"] else
+              "one trained checkpoint per model, so the intervals cover image sampling only")
+    intervals = (f"{settings.level:.0%} intervals from {R} disjoint subsamples of {n // R} images" if R else "no intervals (too few images)")
+    others = f" and {', '.join(used[1:])} (METHODS.md)" if len(used) > 1 else ""
+    out.append(f"Methods: we compared {A} and {B} on {n} images of '{results['images_name']}' with linear CKA "
+               f"(Kornblith et al., 2019){others}, reading each model as its classifier does (classifier reading) and "
+               f"over all its tokens, with {intervals} ({spread}), against {len(seeds)} untrained copies of both "
+               f"architectures (random weights, {seeds_text(seeds)}) and, for best matches, {floor.get('shuffles', 0)} "
+               "shuffles of the images.")
+    return " ".join(out)
