@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from helpers import cka as reference
+from helpers.effects import mixer, structure
 from helpers.slips import name_the_slip
 
 
@@ -267,9 +268,9 @@ def check_cka_without_highest(fn):
 #    below an exercise use while it is unsolved (here, so that no student copy shows them under the stub)
 
 def reference_matched_depth(values) -> np.ndarray:
-    """(rows, columns) CKA -> (rows,) relative depth of each row's best column: its index / (columns - 1)."""
-    values = np.asarray(values)
-    return values.argmax(axis=1) / (values.shape[1] - 1)
+    """(rows, columns) CKA -> (rows,) relative depth of each row's best column: helpers.effects.structure.matched_depth,
+    the one definition notebook 07's effects use."""
+    return structure.matched_depth(values)
 
 
 def check_matched_depth(fn):
@@ -378,16 +379,9 @@ def check_gap_to_reference(fn):
 
 def reference_block_structure(values) -> dict:
     """The best split of a (L, L) similarity matrix into two consecutive blocks (exercise 15.1):
-    {"split", "contrast", "within", "between"}; ties go to the first (smallest) split."""
-    values = np.asarray(values, dtype=float)
-    L = len(values)
-    different = ~np.eye(L, dtype=bool)
-    scores = []
-    for k in range(1, L):
-        same = (np.arange(L) >= k)[:, None] == (np.arange(L) >= k)[None, :]
-        within, between = values[same & different].mean(), values[~same].mean()
-        scores.append({"split": k, "contrast": within - between, "within": within, "between": between})
-    return max(scores, key=lambda s: s["contrast"])
+    {"split", "contrast", "within", "between"}; ties go to the first (smallest) split.
+    helpers.effects.mixer.block_structure, the one definition notebook 15's effects use."""
+    return mixer.block_structure(values)
 
 
 def block_structure_answer(case: str, yours, expected: dict) -> None:

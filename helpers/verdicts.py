@@ -103,7 +103,7 @@ class Verdict:
         if self.kind == "not measured":
             return "not measured"
         head = ("≈ " if self.alike else "") + self.verdict
-        inside = [f"{len(self.effects)} of {len(self.effects)} {self.unit}"] if self.verdict == "holds" else []
+        inside = [f"{len(self.effects)} of {len(self.effects)} {_flat(self.unit)}"] if self.verdict == "holds" else []
         inside += [self.tag] if self.tag else []
         words = head + (f" ({'; '.join(inside)})" if inside else "")
         return words + (f"; {self.size}" if self.size else "")
@@ -126,6 +126,12 @@ class Verdict:
 
     def line(self) -> str:
         return f"{self.claim:6s} {self.words():44s} | {self.numbers()}"
+
+
+def _flat(unit: str) -> str:
+    """'ViT seeds (each against 2 ResNet seeds)' -> 'ViT seeds, each against 2 ResNet seeds', so that a verdict
+    never nests parentheses: 'holds (3 of 3 ViT seeds, each against 2 ResNet seeds; learned in 0 of 3)'."""
+    return unit.replace(" (", ", ").replace(")", "")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -184,13 +190,13 @@ def _verdict_word(shown: int, reversed_: int, n: int, unit: str, replicated: boo
     if n == 0:
         return "not measured", "not measured"
     if alike and shown == 0:
-        return ("opposite" if n >= 2 else f"opposite in 1 of 1 {unit}"), "opposite"  # they differ beyond noise
+        return ("opposite" if n >= 2 else f"opposite in 1 of 1 {_flat(unit)}"), "opposite"  # they differ beyond noise
     if shown == n and n >= 2 and replicated:
         return "holds", "holds"
     if shown > 0:
-        return f"{'holds' if replicated else 'shown'} in {shown} of {n} {unit}", "holds in part"
+        return f"{'holds' if replicated else 'shown'} in {shown} of {n} {_flat(unit)}", "holds in part"
     if reversed_ > n / 2:
-        return ("opposite" if n >= 2 and replicated else f"opposite in {reversed_} of {n} {unit}"), "opposite"
+        return ("opposite" if n >= 2 and replicated else f"opposite in {reversed_} of {n} {_flat(unit)}"), "opposite"
     return "within noise", "within noise"
 
 
