@@ -4,7 +4,7 @@ Work: --count JPEG files like Imagenette's 320-px release (shorter side 320 px, 
 50 KB each: tests/jpeg_folder.py) to ViT-B/16's normalised (B, 3, 224, 224) float32 batches (timm's
 eval preprocessing of vit_base_patch16_224: bicubic resize to 248, centre crop 224; built from the
 config of vit_tiny_patch16_224, which preprocesses the same way). Cases, each a whole pass over the
-images, best of --repeats:
+images, the median (and range) of --repeats runs:
 
   before          the old helpers.data.batches: timm's whole transform per image, in the main thread
   threads=0       helpers.data.batches with COURSE_WORKERS=0: uint8 crops, one normalisation per batch
@@ -25,6 +25,7 @@ used per image (all its threads): the work itself, which other processes change 
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -69,22 +70,24 @@ def processes(images, model, batch, workers):
         pass
 
 
-def best(fn, repeats, before_each=None) -> tuple:
-    """(wall seconds, CPU seconds of this process's threads) of the fastest of `repeats` runs of fn()."""
-    times = []
+def typical(fn, repeats, before_each=None) -> tuple:
+    """(median wall seconds, median CPU seconds of this process's threads, fastest wall, slowest wall) over
+    `repeats` runs of fn(): the median says what is typical, the range how much a shared machine moved it."""
+    walls, cpus = [], []
     for _ in range(repeats):
         if before_each:
             before_each()
         start, cpu = time.perf_counter(), time.process_time()
         fn()
-        times.append((time.perf_counter() - start, time.process_time() - cpu))
-    return min(times)
+        walls.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - cpu)
+    return statistics.median(walls), statistics.median(cpus), min(walls), max(walls)
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--count", type=int, default=500)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batch", type=int, default=64)
     args = parser.parse_args()
     import timm
@@ -97,31 +100,33 @@ def main():
     images = data.image_set(str(folder))
     megabytes = sum(p.stat().st_size for p in folder.rglob("*.jpg")) / 1e6
     print(f"{len(images)} JPEG files, {megabytes / len(images) * 1000:.0f} KB each on average; {loading.cpu_count()} cores; "
-          f"torch {torch.__version__.split('+')[0]}, 1 torch thread; batches of {args.batch}; best of {args.repeats}")
+          f"torch {torch.__version__.split('+')[0]}, 1 torch thread; batches of {args.batch}; median of {args.repeats} runs each")
     print(f"load average before: {os.getloadavg()[0]:.2f}")
 
     results = {}
     os.environ[image_cache.CAP_ENV] = "0"  # decoding alone
-    results["before (sequential, whole transform per image)"] = best(lambda: before(images, model, args.batch), args.repeats)
+    results["before (sequential, whole transform per image)"] = typical(lambda: before(images, model, args.batch), args.repeats)
     for workers in sorted({0, 1, 2, loading.worker_count(images)}):
         os.environ[loading.WORKERS_ENV] = str(workers)
-        results[f"threads={workers}"] = best(lambda: after(images, model, args.batch), args.repeats)
+        results[f"threads={workers}"] = typical(lambda: after(images, model, args.batch), args.repeats)
     for workers in (1, 2):
-        results[f"processes={workers} (DataLoader, fork; old transform)"] = best(
+        results[f"processes={workers} (DataLoader, fork; old transform)"] = typical(
             lambda: processes(images, model, args.batch, workers), args.repeats)
     del os.environ[loading.WORKERS_ENV]
     os.environ[image_cache.CAP_ENV] = "5"
-    results["cache write (first pass, default threads)"] = best(lambda: after(images, model, args.batch), args.repeats,
+    results["cache write (first pass, default threads)"] = typical(lambda: after(images, model, args.batch), args.repeats,
                                                                   before_each=image_cache.clear)
     after(images, model, args.batch)
-    results["cache read (later passes)"] = best(lambda: after(images, model, args.batch), args.repeats)
+    results["cache read (later passes)"] = typical(lambda: after(images, model, args.batch), args.repeats)
     cached = image_cache.used_bytes()
 
     base = results["before (sequential, whole transform per image)"][0]
-    print("\n| case | images/s | ms per image | speed-up vs before | CPU ms per image | CPU/wall |\n|---|---|---|---|---|---|")
-    for name, (seconds, cpu) in results.items():
-        print(f"| {name} | {len(images) / seconds:,.0f} | {seconds / len(images) * 1000:.2f} | {base / seconds:.2f}x | "
-              f"{cpu / len(images) * 1000:.2f} | {cpu / seconds:.2f} |")
+    print("\n| case | images/s | ms per image (median; min-max) | speed-up vs before | CPU ms per image | CPU/wall |\n"
+          "|---|---|---|---|---|---|")
+    for name, (seconds, cpu, fastest, slowest) in results.items():
+        ms = lambda t: t / len(images) * 1000
+        print(f"| {name} | {len(images) / seconds:,.0f} | {ms(seconds):.2f} ({ms(fastest):.2f}-{ms(slowest):.2f}) | "
+              f"{base / seconds:.2f}x | {ms(cpu):.2f} | {cpu / seconds:.2f} |")
     print(f"\nload average after: {os.getloadavg()[0]:.2f}; cache entry: {cached / 1e6:.1f} MB "
           f"({cached / len(images) / 1e3:.0f} KB per image, uint8 224 x 224 crops)")
 

@@ -4,12 +4,12 @@ Same work for all: lite ViT x lite ResNet, the same 2,048 shapes images, batches
 one of two layer sets: block outputs (6 x 8 layers) or sublayers (30 x 9: per ViT block norm1,
 attn, norm2, mlp.act and the block output, every one a module output that all three packages can
 hook; the ResNet's stem and 8 blocks). Each method runs in its own process so its peak memory is its own.
-Prints wall time, peak memory (resident memory above the start of the run, sampled every 5 ms), ratios, the largest |difference| of each peer's matrix from ours,
+Prints wall time (the median over --repeats rounds, methods in turn, with min-max), peak memory (resident memory above the start of the run, sampled every 5 ms), ratios, the largest |difference| of each peer's matrix from ours,
 the CKA stage's share of our total time, and our peak memory for 512 vs 4,096 images.
 
     pip install -e ".[benchmark]"        # installs torch-cka and pytorch-cka
     python benchmarks/bench_vs_packages.py [--images 2048] [--threads 2] [--layers blocks|sublayers]
-    python benchmarks/bench_vs_packages.py --layers sublayers --repeats 3 --markdown   # README's row (~3 min)
+    python benchmarks/bench_vs_packages.py --layers sublayers --markdown   # README's row (5 rounds, ~5 min)
 
 The CKA stage of each method is its total time minus the forward passes alone (same models,
 same batches); the ratio of CKA stages is the number that compares the CKA code itself.
@@ -25,6 +25,7 @@ import time
 import numpy as np
 import torch
 from fresh_process import run_in_fresh_process
+from timing import median, summary
 from machine import describe
 
 BATCH = 256
@@ -188,38 +189,44 @@ def main():
     parser.add_argument("--images", type=int, default=2048)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--layers", choices=list(LAYER_SETS), default="blocks")
-    parser.add_argument("--repeats", type=int, default=1, help="run each method this many times; the fastest counts")
+    parser.add_argument("--repeats", type=int, default=5, help="rounds: each method runs once per round, in turn; "
+                        "times are the median over rounds, with their min-max")
     parser.add_argument("--skip", nargs="*", default=[], choices=["torch-cka", "pytorch-cka"], help="peers to leave out")
     parser.add_argument("--markdown", action="store_true", help="also print a table row for README's Speed section")
     args = parser.parse_args()
     vit_layers, resnet_layers = LAYER_SETS[args.layers]
     print(f"lite ViT x lite ResNet, {len(vit_layers)} x {len(resnet_layers)} layers ({args.layers}), "
-          f"{args.images} images, batches of {BATCH}, {args.threads} threads, best of {args.repeats}\n")
+          f"{args.images} images, batches of {BATCH}, {args.threads} threads, median of {args.repeats} rounds\n")
     names = [m for m in METHODS if m not in args.skip]
     runs = {name: [] for name in names}
     for _ in range(args.repeats):  # methods in turn, so that a busy moment does not hit one method only
         for name in names:
             runs[name].append(run_in_fresh_process(worker, name, args.images, args.threads, args.layers))
-    results = {name: min(runs[name], key=lambda r: r[0]) for name in names}
+    # each method's median run stands for it; a CKA stage is a run's time minus the same round's forward passes
+    results = {name: sorted(runs[name], key=lambda r: r[0])[len(runs[name]) // 2] for name in names}
+    stage_rounds = {name: [max(1e-9, run[0] - fwd[0]) for run, fwd in zip(runs[name], runs["forward only"])]
+                    for name in names}
     ours_seconds, _, ours_values, _ = results["ours"]
-    forward = results["forward only"][0]
+    forward = median([run[0] for run in runs["forward only"]])
     reference = float64_reference(args.images, args.layers)
     stages, errors = {}, {}
     for name, (seconds, peak, values, error) in results.items():
-        line = f"{name:13s} {seconds:7.2f} s  peak memory +{peak:7.1f} MB"
+        line = f"{name:13s} {summary([run[0] for run in runs[name]])}  peak memory +{peak:7.1f} MB"
         if error:
             line += f"  FAILED: {error[:120]}"
         elif values is not None:
-            stages[name] = stage = max(1e-9, seconds - forward)
+            stages[name] = stage = median(stage_rounds[name])
             errors[name] = np.abs(values - reference).max()
-            line += f"  CKA stage {stage:5.2f} s"
+            line += f"  CKA stage {summary(stage_rounds[name])}"
             if name != "ours":
-                line += (f" = {stage / max(1e-9, ours_seconds - forward):5.2f}x ours;  max |CKA - ours| = "
-                         f"{np.abs(values - ours_values).max():.2e}")
+                rounds = [a / b for a, b in zip(stage_rounds[name], stage_rounds["ours"])]
+                line += (f" = {stage / median(stage_rounds['ours']):5.2f}x ours (per round {min(rounds):.2f}-"
+                         f"{max(rounds):.2f}x);  max |CKA - ours| = {np.abs(values - ours_values).max():.2e}")
             line += f";  max |CKA - float64 reference| = {errors[name]:.1e}"
         print(line)
-    print(f"\nCKA stage share of our total time: {max(0.0, ours_seconds - forward) / ours_seconds:.0%} "
-          f"(forward passes alone: {forward:.2f} s)")
+    print(f"\nCKA stage share of our total time (medians): {max(0.0, median([r[0] for r in runs['ours']]) - forward) / "
+          f"median([r[0] for r in runs['ours']]):.0%} (forward passes alone: {forward:.2f} s); end to end, ours takes "
+          f"{median([r[0] for r in runs['ours']]) / forward:.2f}x the forward passes alone")
     small, large = run_in_fresh_process(memory_worker, (512, 4096), args.threads, args.layers)
     print(f"our peak memory during the CKA run (after a warm-up run): +{small:.1f} MB for 512 images, "
           f"+{large:.1f} MB for 4,096 images")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+import numpy as np
 import torch
 
 from helpers.guards import check_model, evaluating
@@ -211,3 +212,15 @@ def attention_of_heads(model, images: torch.Tensor, block: int) -> torch.Tensor:
                            "Head outputs need a timm VisionTransformer whose blocks each run once per forward pass.")
     B, N, D = captured[0].shape
     return captured[0].reshape(B, N, attn.num_heads, D // attn.num_heads).permute(0, 2, 1, 3)
+
+
+def shown_pixels(x: torch.Tensor, model) -> np.ndarray:
+    """(B, H, W, 3) uint8: the preprocessed batch x (B, 3, H, W) with the model's normalisation undone, i.e. the
+    pictures exactly as the model saw them (resized and cropped), aligned with its patch grid."""
+    from timm.data import resolve_data_config
+
+    config = resolve_data_config(model=model, use_test_size=True)
+    mean = torch.tensor(config["mean"], dtype=torch.float64)[None, :, None, None]
+    std = torch.tensor(config["std"], dtype=torch.float64)[None, :, None, None]
+    pixels = (x.detach().cpu().double() * std + mean).clamp(0, 1) * 255
+    return pixels.round().to(torch.uint8).permute(0, 2, 3, 1).detach().cpu().numpy()

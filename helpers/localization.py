@@ -26,6 +26,7 @@ import torch
 
 from helpers.capture import layout_of
 from helpers.cka import check_enough_for_unbiased
+from helpers.course import pick_device
 from helpers.guards import evaluating
 
 KINDS = ("corner", "edge", "interior")
@@ -214,9 +215,10 @@ def _check_stack(A, name: str) -> torch.Tensor:
     return A
 
 
-def _centred(A: torch.Tensor, start: int, stop: int) -> torch.Tensor:
-    """(n, P, F) -> (n, stop - start, F) float64: positions start:stop, each feature centred over the n examples."""
-    part = A[:, start:stop].to(torch.float64)
+def _centred(A: torch.Tensor, start: int, stop: int, device=None) -> torch.Tensor:
+    """(n, P, F) -> (n, stop - start, F) float64 on `device` (default: A's): positions start:stop, each feature
+    centred over the n examples. Only this slice moves, so the whole capture never has to fit on a GPU."""
+    part = A[:, start:stop].to(device or A.device, torch.float64)
     return part - part.mean(0)
 
 
@@ -263,7 +265,7 @@ def _gram_blocks(X, Y, n, chunk, gram_gib):
     return swap, block_of(Y if swap else X)
 
 
-def _gram_form_maps(X, Y, debiased, chunk, gram_gib):
+def _gram_form_maps(X, Y, debiased, chunk, gram_gib, device):
     """The same maps from n x n Grams: cheaper when tokens or patches have many features (full track).
 
     Never forms one side's (positions, n, n) Gram stack whole: at most gram_gib GiB of Grams of one
@@ -272,15 +274,15 @@ def _gram_form_maps(X, Y, debiased, chunk, gram_gib):
     n = X.shape[0]
     swap, block = _gram_blocks(X, Y, n, chunk, gram_gib)
     held, other = (Y, X) if swap else (X, Y)
-    out = torch.empty(held.shape[1], other.shape[1], dtype=torch.float64, device=X.device)
+    out = torch.empty(held.shape[1], other.shape[1], dtype=torch.float64, device=device)
     for start in range(0, held.shape[1], block):
         stop = min(start + block, held.shape[1])
-        GH = torch.empty(stop - start, n * n, dtype=torch.float64, device=X.device)  # (block, n*n), filled chunk by chunk
+        GH = torch.empty(stop - start, n * n, dtype=torch.float64, device=device)  # (block, n*n), filled chunk by chunk
         for first in range(start, stop, chunk):
-            GH[first - start:min(first + chunk, stop) - start] = _flat_grams(_centred(held, first, min(first + chunk, stop)), debiased)
+            GH[first - start:min(first + chunk, stop) - start] = _flat_grams(_centred(held, first, min(first + chunk, stop), device), debiased)
         norm_h = GH.norm(dim=1)
         for first in range(0, other.shape[1], chunk):
-            GO = _flat_grams(_centred(other, first, first + chunk), debiased)     # (chunk, n*n)
+            GO = _flat_grams(_centred(other, first, first + chunk, device), debiased)     # (chunk, n*n)
             out[start:start + block, first:first + chunk] = (GH @ GO.T) / (norm_h[:, None] * GO.norm(dim=1)[None])
             del GO
         del GH  # free this block before the next one is formed
@@ -288,7 +290,7 @@ def _gram_form_maps(X, Y, debiased, chunk, gram_gib):
 
 
 def localization_maps(tokens, patches, debiased: bool = True, chunk: int = 16, form: str = "auto",
-                      gram_gib: float = GRAM_GIB) -> torch.Tensor:
+                      gram_gib: float = GRAM_GIB, device=None) -> torch.Tensor:
     """Linear CKA of every token with every patch: (n, T, D), (n, Q, E) -> (T, Q), float64 on the CPU.
 
     Row t is the paper's heatmap for token t (reshape it to the patch grid). Each entry equals
@@ -299,12 +301,15 @@ def localization_maps(tokens, patches, debiased: bool = True, chunk: int = 16, f
     Memory: the inputs stay as given (float32 tokens are not copied whole); they are centred and
     turned into float64 `chunk` positions at a time, and the Gram form holds at most gram_gib GiB
     of Grams (ResNet-50 layer2 at n = 1,000 would need 6 GB of them at once).
+    device: where the arithmetic runs; None = the course's device (helpers.course.pick_device: the GPU when
+    there is one, so the full track's float64 Gram form takes seconds there instead of half an hour on a
+    2-core host). The inputs stay where they are; `chunk` positions at a time are moved.
     """
     # the big cross products run in float32 when both inputs are float32 (after centring in float64:
     # relative error ~1e-6, half the time of float64); norms and the debiasing terms stay float64
     fast = all(isinstance(A, torch.Tensor) and A.dtype == torch.float32 for A in (tokens, patches))
     X, Y = _check_stack(tokens, "tokens"), _check_stack(patches, "patches")
-    Y = Y.to(X.device)  # tokens and patches may come from different devices (e.g. tokens on CUDA, pixels on the CPU)
+    device = torch.device(device) if device is not None else pick_device()
     if X.shape[0] != Y.shape[0]:
         raise ValueError(f"tokens have {X.shape[0]} examples but patches have {Y.shape[0]}: both must describe "
                          "the same images in the same order.")
@@ -317,7 +322,7 @@ def localization_maps(tokens, patches, debiased: bool = True, chunk: int = 16, f
         raise ValueError(f"form must be 'auto', 'features' or 'grams', not {form!r}.")
     if chunk < 1 or gram_gib <= 0:
         raise ValueError(f"chunk must be a positive number of positions and gram_gib a positive size; got {chunk}, {gram_gib}.")
-    self_x, self_y = ([_self_dots(_centred(A, start, start + chunk), debiased) for start in range(0, A.shape[1], chunk)]
+    self_x, self_y = ([_self_dots(_centred(A, start, start + chunk, device), debiased) for start in range(0, A.shape[1], chunk)]
                       for A in (X, Y))
     self_x, self_y = torch.cat(self_x), torch.cat(self_y)
     for value, name in ((self_x, "token"), (self_y, "patch")):
@@ -325,14 +330,14 @@ def localization_maps(tokens, patches, debiased: bool = True, chunk: int = 16, f
             raise ValueError(f"A {name} position has zero variance over the images (index {int((value <= 0).nonzero()[0])}), "
                              "so CKA is undefined there.")
     if form == "grams" or (form == "auto" and X.shape[2] * Y.shape[2] > 16 * n):
-        return _gram_form_maps(X, Y, debiased, chunk, gram_gib).cpu()
-    Y = _centred(Y, 0, Y.shape[1])  # the features form keeps the patches whole: it is chosen when they are small
+        return _gram_form_maps(X, Y, debiased, chunk, gram_gib, device).cpu()
+    Y = _centred(Y, 0, Y.shape[1], device)  # the features form keeps the patches whole: it is chosen when they are small
     b = (Y * Y).sum(2)  # (n, Q)
     work = torch.float32 if fast else torch.float64
     Yflat = Y.reshape(n, -1).to(work)
     rows = []
     for start in range(0, X.shape[1], chunk):
-        Xc = _centred(X, start, start + chunk)
+        Xc = _centred(X, start, start + chunk, device)
         t, d = Xc.shape[1], Xc.shape[2]
         cross = (Xc.reshape(n, -1).T.to(work) @ Yflat).reshape(t, d, Y.shape[1], Y.shape[2]).double()
         value = (cross ** 2).sum((1, 3))  # (t, Q)

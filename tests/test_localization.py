@@ -190,3 +190,19 @@ def test_capture_tokens_reads_swin_maps_channels_last():
     b, h, w, c = maps.shape
     assert tokens.grid == (h, w)
     assert torch.allclose(tokens.spatial, maps.reshape(b, h * w, c), atol=1e-6)
+
+
+@pytest.mark.parametrize("form", ["features", "grams"])
+def test_maps_run_where_the_device_says_moving_slices_only(monkeypatch, form):
+    """Notebook 12 on a GPU: every float64 slice is made on the chosen device (the course's by default),
+    whatever device the captured tokens sit on, and the maps come back on the CPU, equal to the CPU maps."""
+    rng = np.random.default_rng(3)
+    tokens = torch.as_tensor(rng.normal(size=(12, 5, 6)), dtype=torch.float32)
+    patches = torch.as_tensor(rng.normal(size=(12, 4, 3)), dtype=torch.float32)
+    seen, centred = [], localization._centred
+    monkeypatch.setattr(localization, "_centred", lambda A, start, stop, device=None: seen.append(device) or centred(A, start, stop, device))
+    monkeypatch.setattr(localization, "pick_device", lambda: torch.device("cpu"))  # stands in for "cuda" here
+    by_default = localization.localization_maps(tokens, patches, form=form)
+    assert seen and all(device == torch.device("cpu") for device in seen), seen
+    explicit = localization.localization_maps(tokens, patches, form=form, device="cpu")
+    assert by_default.device.type == "cpu" and torch.equal(by_default, explicit)

@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from helpers.attention import shown_pixels  # noqa: F401  (the pictures as the model saw them; used below)
+
 EXAMPLE_IMAGES = 4  # images shown: enough to see whether a head's pattern follows the image, few enough to read
 
 
@@ -58,18 +60,6 @@ def _grid(model) -> int:
     if grid * grid != patches:
         raise ValueError(f"{patches} patches do not form a square grid: attention maps need a square patch grid.")
     return grid
-
-
-def shown_pixels(x: torch.Tensor, model) -> np.ndarray:
-    """(B, H, W, 3) uint8: the preprocessed batch x (B, 3, H, W) with the model's normalisation undone, i.e. the
-    pictures exactly as the model saw them (resized and cropped), aligned with its patch grid."""
-    from timm.data import resolve_data_config
-
-    config = resolve_data_config(model=model, use_test_size=True)
-    mean = torch.tensor(config["mean"], dtype=torch.float64)[None, :, None, None]
-    std = torch.tensor(config["std"], dtype=torch.float64)[None, :, None, None]
-    pixels = (x.detach().cpu().double() * std + mean).clamp(0, 1) * 255
-    return pixels.round().to(torch.uint8).permute(0, 2, 3, 1).detach().cpu().numpy()
 
 
 def query_maps(model, x: torch.Tensor) -> dict:
