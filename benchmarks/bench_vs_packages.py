@@ -224,9 +224,9 @@ def main():
                          f"{max(rounds):.2f}x);  max |CKA - ours| = {np.abs(values - ours_values).max():.2e}")
             line += f";  max |CKA - float64 reference| = {errors[name]:.1e}"
         print(line)
-    print(f"\nCKA stage share of our total time (medians): {max(0.0, median([r[0] for r in runs['ours']]) - forward) / "
-          f"median([r[0] for r in runs['ours']]):.0%} (forward passes alone: {forward:.2f} s); end to end, ours takes "
-          f"{median([r[0] for r in runs['ours']]) / forward:.2f}x the forward passes alone")
+    total = median([run[0] for run in runs["ours"]])
+    print(f"\nCKA stage share of our total time (medians): {max(0.0, total - forward) / total:.0%} (forward passes "
+          f"alone: {forward:.2f} s); end to end, ours takes {total / forward:.2f}x the forward passes alone")
     small, large = run_in_fresh_process(memory_worker, (512, 4096), args.threads, args.layers)
     print(f"our peak memory during the CKA run (after a warm-up run): +{small:.1f} MB for 512 images, "
           f"+{large:.1f} MB for 4,096 images")
