@@ -37,7 +37,7 @@ def test_partners_are_not_counted_as_seeds_and_widen_the_spread():
     v = judge("F5.1", effects=[[0.30, 0.36], [0.31, 0.33], [0.29, 0.30]], unit="ViT seeds (each against 2 ResNet seeds)")
     assert len(v.effects) == 3 and v.effects[0] == pytest.approx(0.33)
     assert v.spread == pytest.approx(0.06)                     # ResNet seeds move unit 0 by 0.06 > range of means
-    assert v.words().startswith("holds (3 of 3 ViT seeds (each against 2 ResNet seeds))")
+    assert v.words() == "holds (3 of 3 ViT seeds, each against 2 ResNet seeds)"  # never nested parentheses
 
 
 def test_one_seed_borrows_a_named_spread_and_says_so():
