@@ -171,14 +171,14 @@ def centered_gram(X: torch.Tensor) -> torch.Tensor:
     reports it as having zero variance, while a constant feature beside varying ones cannot hide
     them. (No host sync: no `if`.)
 
-    Cost: two column reductions, one pass that centers and masks, and the product (symmetric_gram,
+    Cost: three column reductions, one pass that centers and masks, and the product (symmetric_gram,
     about 0.65 of a full X X^T); measured by benchmarks/bench_accumulator.py.
     """
     high, low = X.amax(0), X.amin(0)  # (p,) each; one read of X each
     scale = torch.maximum(high.abs(), low.abs())  # each feature's size, against which rounding residue is judged
     varies = (high - low) > 2 * CONSTANT_TOLERANCE * scale  # (p,)
     keep = varies.to(X.dtype)
-    centered = torch.addcmul(-X.mean(0) * keep, X, keep)  # (X - mean) * keep in one pass
+    centered = (X - X.mean(0)).mul_(keep)  # (an addcmul with broadcast rows was 4x slower on the CPU)
     return symmetric_gram(centered)
 
 

@@ -228,7 +228,8 @@ def run(settings: Settings, progress: bool = True) -> dict:
         try:
             with torch_threads(thread_count(settings, model_a, model_b)):
                 results["floor"] = floor_and_null(settings, model_a, model_b, images, results)
-                results["measures"] = measures.compute_measures(settings, model_a, model_b, images, results["controls"])
+                results["measures"] = measures.compute_measures(settings, model_a, model_b, images, results["controls"],
+                                                                cache=Path(settings.out) / "cache", log=results["log"])
         except (ValueError, TypeError) as error:
             raise ReportError(f"The untrained draws or the other measures (--measures {settings.measures}): {error}") from None
     results["settings"] = settings

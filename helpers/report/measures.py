@@ -13,7 +13,8 @@ subsample: the first --measure-count images of the set (512 by default; fewer wh
 forward pass per model and reading, each recorded layer read by that reading's token policy and kept as its
 (n, n) float64 Gram matrix (helpers.measures reads a representation only through it). The interval comes from the
 same Grams on disjoint subsamples of those images (helpers.intervals; as many as --repeats, but each of at least
-MIN_PER_SUBSAMPLE images). Process 0 computes all of it in a run with torchrun.
+MIN_PER_SUBSAMPLE images). Process 0 computes all of it in a run with torchrun. Each measure's matrices and floor
+draws are saved under <out>/cache (measure_KEY.npz), so a rerun with the same settings loads them like CKA's parts.
 
 Cost on the default report (lite models, one thread): 17.9 s for Procrustes measured on the shared 2-core machine at
 load 7.5 before the floor had 5 draws (each further draw adds one forward pass per model and reading), 7.8 s of it the forward passes (one eigendecomposition per layer and image subsample, one SVD per pair of
@@ -22,9 +23,12 @@ layers, small when a reading is pooled); a forward pass of --measure-count image
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 
+from helpers.report.cached import arrays_saved
 from helpers.report.settings import ReportError
 
 KEYS = {"cka": "CKA", "procrustes": "Procrustes", "rsa": "RSA", "knn": "mutual k-NN"}  # --measures name: printed name
@@ -148,13 +152,16 @@ def matrix(prepared_a: list, prepared_b: list, key: str) -> np.ndarray:
 # --------------------------------------------------------------------------- the report's parts, re-measured
 
 
-def compute_measures(settings, model_a, model_b, images, controls: dict, floor: bool = True) -> dict:
+def compute_measures(settings, model_a, model_b, images, controls: dict, floor: bool = True, cache=None,
+                     log=None) -> dict:
     """{key: {'parts': {name: Part}, 'floor': {...}, 'judgements': controls.judged(...)}} for each measure beside CKA,
     and 'n_images', 'repeats': the images used ({'n_images', 'note'} when there are too few). controls: the untrained
     twins and references, {'twin': (A's, B's), 'ref': ...} as compute's results['controls']. Parts have the report's
     names (cross, cross_head, labels_a, twin_cross, ...), so controls.judged judges them exactly as it judges CKA's.
     floor: also measure every untrained draw of helpers.report.floor (the twins are its first; the others on these
-    images only, without subsamples), the same floor as CKA's."""
+    images only, without subsamples), the same floor as CKA's. cache: a folder (the report's <out>/cache): each
+    measure's values are saved there (measure_KEY.npz, with the settings' fingerprint) and loaded on a rerun with the
+    same settings, which then runs no model and no decomposition; log: the list the report's log lines go to."""
     from helpers import intervals
     from helpers.data import subset
     from helpers.minibatch_cka import CKAMatrix
@@ -174,17 +181,26 @@ def compute_measures(settings, model_a, model_b, images, controls: dict, floor: 
     repeats = min(settings.repeats, n // MIN_PER_SUBSAMPLE) if settings.repeats else 0
     parts_idx = intervals.disjoint_subsamples(n, repeats, settings.seed) if repeats else []
     la, lb = layers_arg(settings.layers_a), layers_arg(settings.layers_b)
+    out = {"n_images": n, "repeats": repeats}
+    samples = [None] + list(parts_idx)  # all n images, then each disjoint subsample
+    seeds = draw_seeds(settings.seed) if floor and "twin" in controls else []
+    has_labels = images.labels is not None
+    paths = {key: None if cache is None else Path(cache) / f"measure_{key}.npz" for key in keys}
+    saved = {key: paths[key] is not None and arrays_saved(paths[key], settings.fingerprint(), n) for key in keys}
+    for key in [k for k in keys if saved[k]]:  # a rerun with the same settings: no model runs, nothing is decomposed
+        parts, floor_of_key = _load_measure(paths[key], key, samples, n, settings.level, seeds, log)
+        out[key] = {"parts": parts, "floor": floor_of_key, "judgements": judged(parts, has_labels, settings.level, floor_of_key)}
+    keys = [k for k in keys if not saved[k]]
+    if not keys:
+        return out
     sets = [("", model_a, model_b)] + [(f"{k}_", ma, mb) for k, (ma, mb) in controls.items()]
     labels = None
-    if images.labels is not None:
+    if has_labels:
         labels = {"class labels": label_gram(chosen.labels, np.unique(np.asarray(list(images.labels))))}
     grams = {}
     for prefix, ma, mb in sets:
         for r, (pa, pb) in _policies(settings, ma, mb).items():
             grams[prefix, r] = (layer_grams(ma, chosen, la, pa), layer_grams(mb, chosen, lb, pb))
-    out = {"n_images": n, "repeats": repeats}
-    samples = [None] + list(parts_idx)  # all n images, then each disjoint subsample
-    seeds = draw_seeds(settings.seed) if floor and "twin" in controls else []
     drawn = []  # per further draw: {(reading): (Grams of A's layers, Grams of B's)}, on all n images only
     for seed in seeds[1:]:
         ma, mb = draw_models(settings, model_a, model_b, seed)
@@ -222,9 +238,46 @@ def compute_measures(settings, model_a, model_b, images, controls: dict, floor: 
                         for w, p in (("a", pa), ("b", pb)):
                             values[f"labels_{w}{suffix(r)}"].append(matrix(p[-1:], label_full, key))
             floor_of_key = {"seeds": seeds, "values": values, "null": {}}
+        if paths[key] is not None:
+            _save_measure(paths[key], parts, floor_of_key, settings.fingerprint(), n)
         out[key] = {"parts": parts, "floor": floor_of_key,
                     "judgements": judged(parts, labels is not None, settings.level, floor_of_key)}
     return out
+
+
+def _save_measure(path, parts: dict, floor_of_key: dict | None, fingerprint: str, n: int) -> None:
+    """One measure's parts (values on all images and on each subsample, layer names) and its floor draws, as
+    arrays in one .npz (helpers.report.cached.cached_arrays' format: loaded only with the same settings and n)."""
+    arrays = {}
+    for name, part in parts.items():
+        arrays[f"{name}@full"] = part.full.values
+        arrays[f"{name}@subs"] = part.sub_values
+        arrays[f"{name}@rows"], arrays[f"{name}@cols"] = np.array(part.full.rows), np.array(part.full.cols)
+    for name, draws in (floor_of_key or {}).get("values", {}).items():
+        arrays[f"{name}@floor"] = np.stack(draws)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, **arrays, n_images=n, fingerprint=np.array(fingerprint))
+
+
+def _load_measure(path, key: str, samples: list, n: int, level: float, seeds: list, log) -> tuple:
+    """(parts, floor) of one measure as _save_measure wrote them; `samples` as compute_measures' (None, then the
+    index of each subsample)."""
+    from helpers.minibatch_cka import CKAMatrix
+    from helpers.report.compute import Part
+
+    with np.load(path, allow_pickle=False) as f:
+        arrays = {k: f[k] for k in f.files}
+    if log is not None:
+        log.append(f"{Path(path).name}: loaded (finished earlier)")
+    parts = {}
+    for name in [k[:-len("@full")] for k in arrays if k.endswith("@full")]:
+        rows, cols = [str(x) for x in arrays[f"{name}@rows"]], [str(x) for x in arrays[f"{name}@cols"]]
+        full, *subs = [CKAMatrix(values, rows, cols, estimator=KEYS[key], n_examples=n if idx is None else len(idx))
+                       for values, idx in zip([arrays[f"{name}@full"], *arrays[f"{name}@subs"]], samples)]
+        parts[name] = Part(name, full, subs, level)
+    floor_values = {k[:-len("@floor")]: list(v) for k, v in arrays.items() if k.endswith("@floor")}
+    floor_of_key = {"seeds": seeds, "values": floor_values, "null": {}} if seeds else None
+    return parts, floor_of_key
 
 
 def _policies(settings, ma, mb) -> dict:
