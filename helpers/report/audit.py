@@ -50,7 +50,8 @@ def image_statistics(images, model, batch_size: int = 256) -> torch.Tensor:
 
 def _top_share(gram: torch.Tensor) -> float:
     """Share of the variance along the top principal component, from one minibatch's centered Gram (B, B)."""
-    values = torch.linalg.eigvalsh(gram.double()).clamp(min=0)
+    # on the CPU: a GPU's float64 runs at a small fraction of its float32 rate, and a (B, B) matrix is small
+    values = torch.linalg.eigvalsh(gram.detach().cpu().double()).clamp(min=0)
     total = float(values.sum())
     return float(values[-1] / total) if total > 0 else float("nan")
 
