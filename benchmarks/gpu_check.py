@@ -25,7 +25,7 @@ non-blocking copies, the disk cache).
 Then the checks of issue 41's fixes (fixes_check): a float16 overflow on CUDA runs the batch again in float32
 (helpers.autocast.guarded), the report's fingerprint differs between float16 and float32 runs, and the CPU tests
 that reproduce the audit's findings (forced autocast, image-cache races, the two-process report on image files, the
-process group's timeout, the highest-norm audit's reuse of Grams) pass on this machine too. Notebook 15 (cell 4:
+process group's timeout, the highest-norm audit's reuse of Grams) pass on this machine too. Notebook 15 (its check:
 cka_matrix(amp=False) against the float32 joint pass) and notebook 12 (its maps' time) run among the notebooks.
 
 Needs a CUDA GPU; exits with a message on a machine without one.

@@ -35,8 +35,14 @@ def test_findings_notebook_meets_the_reading_targets(path):
                                            f"e.g. {decimals[:8]}: print results from code instead")
 
 
+TITLE_WORDS = 150  # the title cell (title, prerequisites, time, cost, badges) leaves the answer on the first screen
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
 def test_findings_notebook_leads_with_its_answer(path):
-    cells = json.loads(path.read_text())["cells"]
-    first = ["".join(c["source"]) for c in cells[:4] if c["cell_type"] == "markdown"]
-    assert any("## In short" in text for text in first), f"{path.name}: no '## In short' in its first cells"
+    """The first screen shows the answer: the title cell is short, and the next cell is '## In short' (before the
+    set-up code and the introduction)."""
+    cells = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]
+    title = re.sub(r"\(https?://[^)]*\)", "", cells[0])  # badge links are not words a learner reads
+    assert len(title.split()) <= TITLE_WORDS, f"{path.name}: {len(title.split())} words before the answer; move the introduction below '## In short'"
+    assert cells[1].startswith("## In short"), f"{path.name}: the cell after the title is not '## In short'"
