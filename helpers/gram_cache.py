@@ -18,6 +18,13 @@ A set of Grams is reused only when everything it depends on is the same as when 
   - the layers as resolved (module names, output or input) and the token policy;
   - the very same ImageSet object (for one held as a tensor, that tensor unchanged) and the batch size;
   - the device, and the autocast type of the forward passes (none, float16 or bfloat16).
+One forward pass also serves the pooled token policies: while a model runs for one policy ("all", say), the
+same activations give the Grams of "mean" and (for a model with a CLS token) "cls" too, kept as entries of their
+own. Notebook 07 reads a ResNet and a ViT two ways (all positions, and where the classifier reads: the CLS token,
+the mean over positions), and the second reading then runs no model. A Gram of the same activations is the same
+Gram, so the values are the same bit for bit. A pooled row has D features instead of N*D, so its Gram costs
+about 1/N of the flattened one ("all" and "spatial", whose Grams cost as much as a small model's forward pass,
+are computed only when asked for). The Grams asked for are kept as the most recently used, after those.
 The Grams are kept on the CPU, MAX_BYTES in all at most (the least recently used are dropped first); a
 set too big to fit alone is never kept. clear() empties the cache. Inside `with pinned(models, images):`
 the Grams of those models on those images are kept whatever their size and never dropped, until the
@@ -32,11 +39,12 @@ import itertools
 import weakref
 import zlib
 from collections import OrderedDict
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import torch
 
 from helpers.autocast import guarded
+from helpers.capture import Capture
 from helpers.data import ImageSet, batches
 
 MAX_BYTES = 512 * 2**20  # 512 MiB: about 20 sets of a ViT's 13 layers on 2,048 images in batches of 256
@@ -155,19 +163,30 @@ class BatchGrams:
                 yield grams.to(self.device)
             return
         computed = []
+        others = _other_readings(self.capture, self.key)  # the other policies' Grams, from the same passes
         stream = batches(self.images, self.model, self.batch_size)
         for _ in range(self.n_batches):
             x = next(stream)
 
             def forward(x=x):
-                self.model(x)
+                with ExitStack() as hooked:  # the other readings' hooks are on during this pass only
+                    for other in others:
+                        hooked.enter_context(other)
+                    self.model(x)
+                for other in others:
+                    other.take_grams()
                 return torch.stack(list(self.capture.take().values()))
 
             # a float16 overflow (inf in the Grams) runs the batch again in float32 (helpers.autocast)
             grams = guarded(forward, self.amp, f"{type(self.model).__name__}'s forward pass")
             computed.append(grams.cpu())
+            for other in others:
+                other.batches.append(other.last)
             if len(computed) == self.n_batches:  # before the last yield: a consumer may stop after it
-                _keep(self.key, self.images, computed, self.pin)
+                for other in others:
+                    if not other.failed:
+                        _keep(other.key, self.images, other.batches)
+                _keep(self.key, self.images, computed, self.pin)  # after those: the most recently used
             yield grams
 
 
@@ -179,6 +198,54 @@ def _keep(key, images: ImageSet, grams: list, pin: bool = False) -> None:
     if pin:
         _PINNED.add(key)
     _trim()
+
+
+POOLED = ("mean", "cls")  # the policies whose Grams are kept from every pass (module docstring)
+
+
+class _OtherReading(Capture):
+    """The capture's layers and Gram transform under another (pooled) token policy, recorded beside it in the
+    same passes.
+
+    A layer this policy cannot read (a CLS token before it exists, say) only marks the reading as failed: the
+    pass and the Grams asked for go on (a policy the caller asks for itself still raises its clear error).
+    """
+
+    def __init__(self, capture: Capture, policy: str, key: tuple):
+        vars(self).update(vars(capture))  # the same model, taps, transform, prefix and patch counts, on_repeat
+        self.policy, self._store, self._counts, self._handles, self._whole_pass = policy, {}, {}, [], False
+        self.key, self.batches, self.last, self.failed = key, [], None, False
+
+    def _record(self, tap, value):
+        if self.failed:
+            return
+        try:
+            super()._record(tap, value)
+        except (ValueError, RuntimeError, TypeError):
+            self.failed = True
+
+    def take_grams(self) -> None:
+        """Keep the (L, B, B) Grams of the pass that just ran in .last (on the CPU); not finite ones fail the reading
+        (a float16 overflow: the Grams asked for would have been computed again in float32)."""
+        try:
+            self.last = None if self.failed else torch.stack(list(self.take().values())).cpu()
+        except RuntimeError:  # a hook that never fired
+            self.failed = True
+        if self.last is not None and not torch.isfinite(self.last).all():
+            self.failed = True
+
+
+def _other_readings(capture: Capture, key: tuple) -> list:
+    """An _OtherReading for each pooled policy the capture's model allows whose Grams are not kept yet."""
+    if capture.transform is None or MAX_BYTES <= 0:
+        return []
+    others = []
+    for policy in POOLED:
+        other_key = key[:2] + (policy,) + key[3:]
+        if policy == capture.policy or other_key in _CACHE or (policy == "cls" and capture.num_prefix_tokens == 0):
+            continue
+        others.append(_OtherReading(capture, policy, other_key))
+    return others
 
 
 def _trim() -> None:

@@ -64,9 +64,40 @@ def test_each_model_runs_once_for_every_comparison_on_the_same_images(vit, resne
     label_cka(resnet, images, "sublayers", policy="mean", batch_size=16)
     cka_matrix(vit, images, "blocks", policy_a="cls", batch_size=16, progress=False)
     assert (runs(resnet), runs(vit)) == (5, 5), "a comparison ran a model again on the same images"
-    label_cka(resnet, images, "sublayers", policy="all", batch_size=16)  # another policy: other Grams
+    label_cka(resnet, images, "sublayers", policy="all", batch_size=16)  # a flattened policy: other Grams
     cka_matrix(vit, images, "blocks", policy_a="cls", batch_size=32, progress=False)  # other batches
     assert (runs(resnet), runs(vit)) == (10, 8)
+    label_cka(resnet, images, "sublayers", policy="mean", batch_size=16)  # kept from the passes of "all"
+    cka_matrix(vit, images, "blocks", policy_a="mean", batch_size=32, progress=False)  # kept from those of "cls"
+    assert (runs(resnet), runs(vit)) == (10, 8), "a pooled policy ran a model again"
+
+
+def test_pooled_policies_come_from_the_same_pass_bit_for_bit(vit, resnet, images, forward_count):
+    """Asked for one policy, the cache keeps the pooled ones (mean, cls) from the same passes, each equal to its own
+    fresh run; a flattened policy asked for after a pooled one runs the model again."""
+    fresh = {(name, policy): _uncached(lambda: cka_matrix(model, images, "blocks", policy_a=policy, batch_size=16,
+                                                            progress=False)).values
+             for name, model, policies in (("vit", vit, ("all", "cls", "mean", "spatial")), ("resnet", resnet, ("all", "mean")))
+             for policy in policies}
+    gram_cache.clear()
+    before, first = (forward_count(vit), forward_count(resnet)), {}
+    for name, policy in fresh:
+        model = vit if name == "vit" else resnet
+        first[name, policy] = cka_matrix(model, images, "blocks", policy_a=policy, batch_size=16, progress=False).values
+    runs = (forward_count(vit) - before[0], forward_count(resnet) - before[1])
+    assert runs == (10, 5), "cls or mean after another policy ran the model again"  # 5 batches: all (+cls, mean), spatial
+    for key, values in fresh.items():
+        assert np.array_equal(first[key], values), key
+
+
+def test_the_grams_asked_for_are_kept_before_the_pooled_ones(vit, images, monkeypatch):
+    """With room for one set only, the set kept is the one asked for, not one computed beside it."""
+    cka_matrix(vit, images, "blocks", policy_a="all", batch_size=16, progress=False)
+    one_set = gram_cache.kept_bytes() // len(gram_cache._CACHE)
+    monkeypatch.setattr(gram_cache, "MAX_BYTES", one_set)
+    gram_cache.clear()
+    cka_matrix(vit, images, "blocks", policy_a="all", batch_size=16, progress=False)
+    assert [key[2] for key in gram_cache._CACHE] == ["all"]
 
 
 @pytest.mark.parametrize("change", ["through .data", "load_state_dict", "a buffer", "a setting", "a hook"])
@@ -112,9 +143,10 @@ def test_new_or_changed_images_run_again(vit, forward_count):
 
 def test_memory_stays_within_its_budget(vit, images, monkeypatch):
     cka_matrix(vit, images, "blocks", batch_size=16, progress=False)
-    one_set = gram_cache.kept_bytes()
-    assert one_set > 0
+    one_set = gram_cache.kept_bytes() // len(gram_cache._CACHE)  # the policy asked for, and the others beside it
+    assert one_set > 0 and len(gram_cache._CACHE) == 3  # all, and cls and mean beside it
     monkeypatch.setattr(gram_cache, "MAX_BYTES", 2 * one_set)
+    gram_cache.clear()
     for policy in ("cls", "mean", "spatial"):
         cka_matrix(vit, images, "blocks", policy_a=policy, batch_size=16, progress=False)
         assert gram_cache.kept_bytes() <= 2 * one_set
