@@ -23,6 +23,7 @@ layers, small when a reading is pooled); a forward pass of --measure-count image
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -89,15 +90,27 @@ def _gram(rows: torch.Tensor) -> torch.Tensor:
     return rows @ rows.T
 
 
-def layer_grams(model, images, layers, policy: str) -> dict:
-    """{layer label: (n, n) float64 numpy Gram} of every image of `images` in one forward pass (helpers.capture)."""
+def layer_grams(model, images, layers, policies) -> dict:
+    """{policy: {layer label: (n, n) float64 numpy Gram}} of every image of `images`, for each token policy in
+    `policies` (e.g. ["all", "cls"]), all from one forward pass (helpers.capture): a reading costs no second pass."""
     from helpers.capture import Capture
     from helpers.data import batches
     from helpers.guards import evaluating
 
-    with torch.no_grad(), evaluating(model), Capture(model, layers, policy, transform=_gram) as capture:
+    with ExitStack() as stack:
+        for context in (torch.no_grad(), evaluating(model)):
+            stack.enter_context(context)
+        captures = {p: stack.enter_context(Capture(model, layers, p, transform=_gram)) for p in dict.fromkeys(policies)}
         model(next(batches(images, model, len(images))))
-        return {name: gram.detach().cpu().numpy() for name, gram in capture.take().items()}
+        return {p: {name: gram.detach().cpu().numpy() for name, gram in capture.take().items()}
+                for p, capture in captures.items()}
+
+
+def readings_grams(ma, mb, images, la, lb, readings: dict) -> dict:
+    """{reading: (A's layer Grams, B's)} for readings {reading: (A's policy, B's policy)}: one pass per model."""
+    grams_a = layer_grams(ma, images, la, [pa for pa, _ in readings.values()])
+    grams_b = layer_grams(mb, images, lb, [pb for _, pb in readings.values()])
+    return {r: (grams_a[pa], grams_b[pb]) for r, (pa, pb) in readings.items()}
 
 
 def label_gram(labels, classes) -> np.ndarray:
@@ -199,13 +212,12 @@ def compute_measures(settings, model_a, model_b, images, controls: dict, floor: 
         labels = {"class labels": label_gram(chosen.labels, np.unique(np.asarray(list(images.labels))))}
     grams = {}
     for prefix, ma, mb in sets:
-        for r, (pa, pb) in _policies(settings, ma, mb).items():
-            grams[prefix, r] = (layer_grams(ma, chosen, la, pa), layer_grams(mb, chosen, lb, pb))
+        for r, pair in readings_grams(ma, mb, chosen, la, lb, _policies(settings, ma, mb)).items():
+            grams[prefix, r] = pair
     drawn = []  # per further draw: {(reading): (Grams of A's layers, Grams of B's)}, on all n images only
     for seed in seeds[1:]:
         ma, mb = draw_models(settings, model_a, model_b, seed)
-        drawn.append({r: (layer_grams(ma, chosen, la, pa), layer_grams(mb, chosen, lb, pb))
-                      for r, (pa, pb) in _policies(settings, ma, mb).items()})
+        drawn.append(readings_grams(ma, mb, chosen, la, lb, _policies(settings, ma, mb)))
     for key in keys:
         def prepared(grams_of_layers: dict, how=prepare) -> list:
             """[[prepared layer for each layer] for all images, then for each subsample]"""
