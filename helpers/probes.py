@@ -128,7 +128,10 @@ def _ridge_fit_chunk(Xtr, Xva, Xte, ytr, yva, yte, lambdas, classes, every_lambd
     if every_lambda:
         return val, correct(Xte, yte), choice
     chosen = coefficients[torch.arange(R), choice]                         # (R, k, C): the chosen lambda's only
-    scores = ((Xte - mean_x) @ Vh.transpose(1, 2)) @ chosen                # (R, m, C)
+    # one probe per representation: its weights W = V chosen, (R, p, C), are formed once, and the many test images
+    # are scored as X W - mean W (p * C per image, instead of p * k + k * C through (X - mean) V, and no centred copy)
+    weights = Vh.transpose(1, 2) @ chosen                                  # (R, p, C)
+    scores = Xte @ weights - mean_x @ weights                              # (R, m, C)
     return val, scores.argmax(-1) == yte, choice
 
 
