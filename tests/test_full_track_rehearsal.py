@@ -35,7 +35,11 @@ names a layer inside a block):
 and in 16 only (its report's receptive fields: one backward pass per layer through 32 images), EfficientNet-B0,
 by the smallest model of timm's EfficientNet class (106 px inputs; B0's fields took 36 s of the rehearsal's 73):
     efficientnet_b0.ra_in1k -> TinyNet-E tinynet_e.in1k
-The GAP ViT (vit_medium_patch16_gap_256) and the Mixer (mixer_b16_224) run as themselves.
+and the GAP ViT, ViT-M/16 at 256 px (256 tokens: the rehearsal's most costly model, half of 07's and 13's time), by
+the smallest GAP ViT of timm's VisionTransformer class, the same input size and blocks with 64 tokens of 32 px
+(it has no classifier head: no notebook reads the GAP ViT's logits):
+    vit_medium_patch16_gap_256.sw_in12k_ft_in1k -> ViT-B/32 (GAP) vit_base_patch32_siglip_gap_256.v2_webli
+The Mixer (mixer_b16_224) runs as itself.
 test_every_full_track_name_is_a_hub_model checks the names
 that only stand-ins run here.
 """
@@ -66,11 +70,12 @@ SMALL = {"vit_base_patch16_224.augreg_in21k_ft_in1k": "vit_tiny_patch16_224.augr
          "vit_large_patch16_224.augreg_in21k_ft_in1k": "vit_small_patch16_224.augreg_in21k_ft_in1k"}
 SMALLER_CNN = {"resnet50.tv_in1k": "resnet18.tv_in1k", "resnet50.tv2_in1k": "resnet18.a1_in1k"}
 SMALLER_EFFICIENTNET = {"efficientnet_b0.ra_in1k": "tinynet_e.in1k"}
+SMALLER_GAP_VIT = {"vit_medium_patch16_gap_256.sw_in12k_ft_in1k": "vit_base_patch32_siglip_gap_256.v2_webli"}
 # 05 loads only TRACK_MODELS["full"]["vit"] and ["resnet"], both as themselves
 AS_THEMSELVES_IN_05 = {k: v for k, v in SMALL.items() if k != "vit_base_patch16_224.augreg_in21k_ft_in1k"}
 # notebook number -> {full-track name: the name that stands in for it}
-STAND_INS = ({f"{n:02d}": SMALL | SMALLER_CNN for n in range(6, 18)}
-             | {"05": AS_THEMSELVES_IN_05, "16": SMALL | SMALLER_CNN | SMALLER_EFFICIENTNET})
+STAND_INS = ({f"{n:02d}": SMALL | SMALLER_CNN | SMALLER_GAP_VIT for n in range(6, 18)}
+             | {"05": AS_THEMSELVES_IN_05 | SMALLER_GAP_VIT, "16": SMALL | SMALLER_CNN | SMALLER_GAP_VIT | SMALLER_EFFICIENTNET})
 
 
 def full_track_names() -> list:
