@@ -182,6 +182,8 @@ class BatchGrams:
             computed.append(grams.cpu())
             for other in others:
                 other.batches.append(other.last)
+                if not other.failed and _size(other.batches) > MAX_BYTES:  # could never be kept: stop holding it
+                    other.failed, other.batches = True, []
             if len(computed) == self.n_batches:  # before the last yield: a consumer may stop after it
                 for other in others:
                     if not other.failed:
