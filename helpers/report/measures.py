@@ -97,9 +97,7 @@ def layer_grams(model, images, layers, policies) -> dict:
     from helpers.data import batches
     from helpers.guards import evaluating
 
-    with ExitStack() as stack:
-        for context in (torch.no_grad(), evaluating(model)):
-            stack.enter_context(context)
+    with torch.no_grad(), evaluating(model), ExitStack() as stack:
         captures = {p: stack.enter_context(Capture(model, layers, p, transform=_gram)) for p in dict.fromkeys(policies)}
         model(next(batches(images, model, len(images))))
         return {p: {name: gram.detach().cpu().numpy() for name, gram in capture.take().items()}
