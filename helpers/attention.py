@@ -71,7 +71,8 @@ def attention_maps(model, images: torch.Tensor, blocks: int | None = None) -> li
         wanted = len(modules) if blocks is None else _check_blocks(blocks, len(modules))
 
         def keep(i, out):
-            captured[i] = out.detach().clone()
+            # no copy: in eval mode attn_drop returns softmax's own fresh output, which the block only reads
+            captured[i] = out.detach()
             if i == wanted - 1 and wanted < len(modules):
                 raise _StopForward  # the blocks after the last wanted one would run only to be thrown away
 
@@ -117,17 +118,20 @@ def mean_attention_distance(attn: torch.Tensor, patch_size: int, num_prefix_toke
     if not isinstance(attn, torch.Tensor) or attn.ndim != 4 or attn.shape[-1] != attn.shape[-2]:
         raise ValueError(f"attn must be (B, heads, N, N) attention probabilities (one entry of attention_maps(...)), got "
                          f"{tuple(attn.shape) if isinstance(attn, torch.Tensor) else type(attn).__name__}.")
-    # one pass for both checks: NaN fails >= 0, and +inf makes the sum infinite (probabilities cannot overflow it)
-    if not (attn >= 0).all() or not torch.isfinite(attn.sum()):
+    if attn.numel() == 0:
+        raise ValueError(f"attn has shape {tuple(attn.shape)}: no images or no tokens to measure.")
+    # NaN makes the minimum NaN (which fails >= 0), and +inf makes the sum infinite (probabilities cannot overflow it)
+    if not attn.amin() >= 0 or not torch.isfinite(attn.sum()):
         raise ValueError("attn holds negative or non-finite values: give softmax probabilities, not attention logits.")
-    patches = attn[:, :, num_prefix_tokens:, num_prefix_tokens:].double()
+    patches = attn[:, :, num_prefix_tokens:, num_prefix_tokens:].to(torch.float64, copy=True)  # ours to scale in place
     grid = int(round(patches.shape[-1] ** 0.5))
     if grid * grid != patches.shape[-1]:
         raise ValueError(f"{patches.shape[-1]} patch tokens do not form a square grid; check num_prefix_tokens.")
     # each query's distance-weighted attention, renormalised over the patch keys (dividing the (B, heads, P)
-    # sums, not the (B, heads, P, P) maps)
-    weighted = (patches * patch_distances(grid, patch_size).to(patches.device)).sum(-1)  # (B, heads, P)
-    per_query = weighted / patches.sum(-1)
+    # sums, not the (B, heads, P, P) maps); the weighting is done in place, after the sums it needs
+    on_patches = patches.sum(-1)  # (B, heads, P)
+    weighted = patches.mul_(patch_distances(grid, patch_size).to(patches.device)).sum(-1)  # (B, heads, P)
+    per_query = weighted / on_patches
     return per_query.mean(dim=2) if per_image else per_query.mean(dim=(0, 2))
 
 

@@ -35,6 +35,7 @@ it (tests/test_gram_cache.py compares them bit for bit).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import weakref
 import zlib
@@ -50,7 +51,7 @@ from helpers.data import ImageSet, batches
 MAX_BYTES = 512 * 2**20  # 512 MiB: about 20 sets of a ViT's 13 layers on 2,048 images in batches of 256
 MIN_BATCH = 4  # unbiased HSIC needs at least 4 examples; a smaller last batch is skipped (helpers.compare)
 
-_CACHE: OrderedDict = OrderedDict()  # key -> (weak reference to the ImageSet, [(L, B, B) CPU tensors])
+_CACHE: OrderedDict = OrderedDict()  # key -> (weak reference to the ImageSet, [(L, B, B) CPU tensors], their bytes)
 _PINS: list = []  # (model ids, ImageSet ids) of each pinned() block now open
 _PINNED: set = set()  # the keys kept by an open pinned() block: never dropped while it is open
 
@@ -63,7 +64,7 @@ def clear() -> None:
 
 def kept_bytes() -> int:
     """How much memory the kept Grams take now, in bytes."""
-    return sum(_size(grams) for _, grams in _CACHE.values())
+    return sum(entry[2] for entry in _CACHE.values())
 
 
 @contextmanager
@@ -101,9 +102,12 @@ def _plain(value) -> bool:
 
 
 def model_fingerprint(model: torch.nn.Module) -> tuple:
-    """What the model's output depends on, as a hashable value (see the module docstring).
+    """What the model's output depends on, as a hashable value (see the module docstring): (a SHA-256 of the
+    structure's description, a CRC-32 of the weights).
 
-    Reads every weight once (a CRC-32 runs at about 3 GB/s: 0.03 s for a ResNet-50).
+    Reads every weight once (a CRC-32 runs at about 3 GB/s: 0.03 s for a ResNet-50). The structure is kept as a
+    digest, not as the tuple itself: every lookup hashes the key again, and a tuple of a few hundred modules'
+    settings made the cache's own bookkeeping cost seconds in a notebook with many models.
     """
     structure = []
     for name, module in model.named_modules():
@@ -115,7 +119,7 @@ def model_fingerprint(model: torch.nn.Module) -> tuple:
     for tensor in itertools.chain(model.parameters(), model.buffers()):
         structure.append((tuple(tensor.shape), str(tensor.dtype)))
         crc = zlib.crc32(_tensor_bytes(tensor), crc)
-    return tuple(structure), crc
+    return hashlib.sha256(repr(structure).encode()).hexdigest(), crc
 
 
 def _images_token(images: ImageSet) -> tuple:
@@ -195,7 +199,7 @@ class BatchGrams:
 def _keep(key, images: ImageSet, grams: list, pin: bool = False) -> None:
     if _size(grams) > MAX_BYTES and not pin:
         return
-    _CACHE[key] = (weakref.ref(images), grams)
+    _CACHE[key] = (weakref.ref(images), grams, _size(grams))
     _CACHE.move_to_end(key)
     if pin:
         _PINNED.add(key)
@@ -253,7 +257,9 @@ def _other_readings(capture: Capture, key: tuple) -> list:
 def _trim() -> None:
     """Drop the least recently used unpinned sets until the kept Grams fit in MAX_BYTES (pinned ones may exceed it)."""
     total = kept_bytes()
+    if total <= MAX_BYTES:
+        return
     for key in [k for k in _CACHE if k not in _PINNED]:
+        total -= _CACHE.pop(key)[2]
         if total <= MAX_BYTES:
             break
-        total -= _size(_CACHE.pop(key)[1])

@@ -216,8 +216,16 @@ def main(argv=None) -> int:
                              "CPU for these small heads (python benchmarks/bench_training.py measures by how much)")
     parser.add_argument("--out", type=Path, default=MODELS_DIR, help="folder for <name>.safetensors and <name>.json")
     args = parser.parse_args(argv)
-
+    saved_threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
+    try:
+        return _train_and_save(args, argv)
+    finally:  # called in-process (a test, a notebook), it leaves torch's threads as it found them
+        torch.set_num_threads(saved_threads)
+
+
+def _train_and_save(args, argv) -> int:
+    """main's work once the arguments are parsed: train, write <name>.safetensors and <name>.json, print a summary."""
     recipe = experiment(zoo.ZOO[args.name], steps=args.steps, seed=args.seed, cutmix=args.cutmix, heads=args.heads,
                         shapes_variant=args.shapes_variant)
     if args.attention == "explicit" and recipe.arch != "vit":
