@@ -31,7 +31,9 @@ pretrained tag of timm and through the same route, takes the place of each ViT (
     ViT-L/16 vit_large_patch16_224.augreg_in21k_ft_in1k -> ViT-S/16 vit_small_patch16_224.augreg_in21k_ft_in1k (14)
 and each ResNet-50 by a ResNet-18 (BasicBlocks instead of Bottlenecks: 05 runs the real ResNet-50's; no notebook
 names a layer inside a block):
-    resnet50.tv_in1k -> ResNet-18 resnet18.tv_in1k,  resnet50.tv2_in1k -> ResNet-18 resnet18.a1_in1k
+    resnet50.tv_in1k -> ResNet-18 resnet18.tv_in1k,  resnet50.tv2_in1k -> ResNet-18 resnet18.a3_in1k
+(like tv2, a recipe trained at a lower resolution and evaluated at 224 px with its own crop; a1 evaluates at 288 px,
+1.65 times the pixels)
 and in 16 only (its report's receptive fields: one backward pass per layer through 32 images), EfficientNet-B0,
 by the smallest model of timm's EfficientNet class (106 px inputs; B0's fields took 36 s of the rehearsal's 73):
     efficientnet_b0.ra_in1k -> TinyNet-E tinynet_e.in1k
@@ -68,7 +70,7 @@ SMALL = {"vit_base_patch16_224.augreg_in21k_ft_in1k": "vit_tiny_patch16_224.augr
          "vit_base_patch16_224.augreg2_in21k_ft_in1k": "vit_tiny_patch16_224.augreg_in21k",
          "vit_base_patch16_224.augreg_in1k": "deit_tiny_patch16_224.fb_in1k",  # ViT-Ti/16 trained on ImageNet-1k only
          "vit_large_patch16_224.augreg_in21k_ft_in1k": "vit_small_patch16_224.augreg_in21k_ft_in1k"}
-SMALLER_CNN = {"resnet50.tv_in1k": "resnet18.tv_in1k", "resnet50.tv2_in1k": "resnet18.a1_in1k"}
+SMALLER_CNN = {"resnet50.tv_in1k": "resnet18.tv_in1k", "resnet50.tv2_in1k": "resnet18.a3_in1k"}
 SMALLER_EFFICIENTNET = {"efficientnet_b0.ra_in1k": "tinynet_e.in1k"}
 SMALLER_GAP_VIT = {"vit_medium_patch16_gap_256.sw_in12k_ft_in1k": "vit_base_patch32_siglip_gap_256.v2_webli"}
 # 05 loads only TRACK_MODELS["full"]["vit"] and ["resnet"], both as themselves

@@ -36,7 +36,7 @@ def test_help_explains_every_option(capsys):
         report.main(["--help"])
     text = capsys.readouterr().out
     for option in ("--images", "--count", "--layers-a", "--layers-b", "--policy-a", "--policy-b", "--batch-size",
-                   "--repeats", "--out", "--attention", "shapes", "blocks", "sublayers"):
+                   "--repeats", "--out", "--attention", "--vector-figures", "shapes", "blocks", "sublayers"):
         assert option in text
 
 
@@ -193,7 +193,7 @@ def test_sixty_labelled_images_run_with_the_defaults(tmp_path, capsys):
 
     folder = write_jpeg_folder(tmp_path / "photos", count=60, side=64)
     out = tmp_path / "out"
-    assert report.main(["--images", str(folder), "--out", str(out)]) == 0
+    assert report.main(["--images", str(folder), "--vector-figures", "none", "--out", str(out)]) == 0
     summary, methods = (out / "SUMMARY.md").read_text(), (out / "METHODS.md").read_text()
     assert "3 disjoint subsamples of 20 images" in summary and "20 subsamples were asked for" in summary
     assert "too few for the 20 subsamples asked for, so the report chose 3" in methods
@@ -235,21 +235,33 @@ def test_images_of_mixed_sizes_are_resized_by_each_model(tmp_path):
             Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8) // (1 + c)).save(folder / f"{k}.png")
     out = tmp_path / "out"
     assert report.main(["--images", str(tmp_path / "images"), "--repeats", "0", "--batch-size", "12",
-                        "--attention-count", "8", "--out", str(out)]) == 0
+                        "--attention-count", "8", "--vector-figures", "none", "--out", str(out)]) == 0
     text = (out / "METHODS.md").read_text()
     assert "24 images" in text and "with class labels" in text
     assert "no order is claimed" in (out / "SUMMARY.md").read_text()
 
 
 def test_other_settings_in_the_same_folder_are_recomputed(tmp_path, capsys):
-    argv = ["lite-resnet", "lite-vit", "--count", "64", "--repeats", "2", "--out", str(tmp_path)]
+    argv = ["lite-resnet", "lite-vit", "--count", "64", "--repeats", "2", "--vector-figures", "none", "--out", str(tmp_path)]
     assert report.main(argv) == 0
     capsys.readouterr()
     assert report.main(argv[:-2] + ["--batch-size", "32", "--attention", "none", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "recomputed (it was made with other settings)" in out and "loaded" not in out
     assert not (tmp_path / "figures" / "attention_distance_b.png").exists()  # the first run's figure is not left stale
+    # --vector-figures none: PNG only, and the captions and the command say so
+    assert (tmp_path / "figures" / "cross.png").stat().st_size > 0
+    assert not list((tmp_path / "figures").glob("*.pdf")) and not list((tmp_path / "figures").glob("*.svg"))
+    assert "**figures/cross** (PNG)." in (tmp_path / "CAPTIONS.md").read_text()
+    assert "--vector-figures none" in json.loads((tmp_path / "settings.json").read_text())["command"]
     assert "Attention distances of lite-vit: not applicable (not asked for: --attention none)" in (tmp_path / "SUMMARY.md").read_text()
+
+
+def test_unknown_figure_format_is_refused_before_anything_runs(tmp_path, capsys):
+    assert report.main(["--vector-figures", "pdf,eps", "--out", str(tmp_path)]) == 2
+    error = capsys.readouterr().err
+    assert "--vector-figures pdf,eps" in error and "eps" in error and "none for PNG only" in error
+    assert not (tmp_path / "figures").exists()
 
 
 def _parts_from_tables(folder):
@@ -364,7 +376,7 @@ def test_own_fine_tuned_checkpoint_and_a_reference_go_through_the_report(tmp_pat
     out = tmp_path / "out"
     assert report.main(["test_vit", "lite-efficientnet", "--weights-a", str(paths[0]), "--reference-a", str(paths[1]),
                         "--images", str(tmp_path / "images"), "--repeats", "2", "--batch-size", "20",
-                        "--attention", "none", "--out", str(out)]) == 0
+                        "--attention", "none", "--vector-figures", "none", "--out", str(out)]) == 0
     methods = (out / "METHODS.md").read_text()
     digest = hashlib.sha256(paths[0].read_bytes()).hexdigest()
     assert f"local file ft0.safetensors (SHA-256 {digest}; its own 10-class classifier head kept)" in methods

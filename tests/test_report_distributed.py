@@ -16,7 +16,8 @@ from helpers.report.distributed import n_batches, shard_indices
 # 43 images in batches of 20: two full batches and a last one of 3, which one process skips (too small for unbiased
 # HSIC); each subsample of 21 is one batch (and 1 image skipped), so each process has no batch of one subsample and
 # joins its all_reduce with zero sums
-SMALL = dict(count=43, repeats=2, batch_size=20, attention_count=16, threads=1, measures="cka")  # other measures: process 0
+SMALL = dict(count=43, repeats=2, batch_size=20, attention_count=16, threads=1, measures="cka",
+             vector_figures="none")  # other measures: process 0; the figures as PNG only (test_report reads PDF and SVG)
 
 
 @pytest.mark.parametrize("n, batch, size", [(63, 12, 2), (64, 12, 2), (100, 16, 3), (20, 16, 4), (7, 12, 2)])

@@ -10,7 +10,7 @@ import importlib
 
 compute = importlib.import_module("helpers.report.compute")  # the module (helpers.report.compute is also a function)
 
-SMALL = dict(count=48, repeats=2, batch_size=24, attention="none", threads=1, measures="cka")
+SMALL = dict(count=48, repeats=2, batch_size=24, attention="none", threads=1, measures="cka", vector_figures="none")
 
 
 def _forwards_during_the_audit(monkeypatch, tmp_path) -> int:

@@ -13,7 +13,7 @@ import numpy as np
 from helpers.report import measures
 from helpers.report.compute import Part, compute, curves, thread_count, torch_threads
 from helpers.report.distributed import barrier, init_from_environment, world
-from helpers.report.figures import _save, figures
+from helpers.report.figures import _save, figures, vector_formats
 from helpers.report.loading import load_inputs
 from helpers.report.settings import ReportError, Settings, settings_from_args
 from helpers.report.text import methods_text, settings_record
@@ -150,9 +150,9 @@ def write_bundle(results: dict, settings: Settings) -> list:
         written += write_matrix_tables(part, out / "tables")
     for name, columns in curves(results).items():
         written += write_curve_tables(name, columns, out / "tables")
-    names = []
+    names, vector = [], vector_formats(settings.vector_figures)
     for name, fig in figures(results, settings).items():
-        written += _save(fig, name, out / "figures")
+        written += _save(fig, name, out / "figures", vector)
         names.append(name)
         plt.close(fig)
     (out / "settings.json").write_text(json.dumps(settings_record(results, settings), indent=2, default=str))
@@ -218,6 +218,7 @@ def run(settings: Settings, progress: bool = True) -> dict:
     if here.main:
         check_out(settings.out)  # a bad --out stops before anything is loaded
     measures.measure_keys(settings.measures)  # an unknown name stops before anything is loaded
+    vector_formats(settings.vector_figures)
     model_a, model_b, images, plan = load_inputs(settings)
     asked = settings.repeats
     settings = replace(settings, repeats=fitted_repeats(asked, len(images)))  # a small set: fewer subsamples, or none

@@ -7,19 +7,33 @@ from pathlib import Path
 import numpy as np
 
 from helpers.report.compute import Part, curves, matched_depth
-from helpers.report.settings import Settings
+from helpers.report.settings import ReportError, Settings
 from helpers.report.text import READING_LABEL, _reading_names
 
 FIGURE_WIDTH_IN = 3.35  # one A4 column (8.5 cm)
+VECTOR_FORMATS = ("pdf", "svg")
 
 
-def _save(fig, name: str, folder: Path) -> list:
-    """PNG (200 dpi), PDF and SVG with text kept as text (pdf.fonttype 42, svg.fonttype none)."""
+def vector_formats(text: str) -> list:
+    """--vector-figures 'pdf,svg' -> ['pdf', 'svg']; 'none' -> []. An unknown format is a ReportError."""
+    names = [x.strip().lower() for x in str(text).split(",") if x.strip()]
+    if names == ["none"]:
+        return []
+    unknown = [x for x in names if x not in VECTOR_FORMATS]
+    if unknown or not names:
+        raise ReportError(f"--vector-figures {text}: unknown format(s) {unknown}. Give pdf, svg or both "
+                          "(comma-separated), or none for PNG only.")
+    return list(dict.fromkeys(names))
+
+
+def _save(fig, name: str, folder: Path, vector: tuple = VECTOR_FORMATS) -> list:
+    """PNG (200 dpi), and each of the `vector` formats (PDF, SVG) with text kept as text (pdf.fonttype 42,
+    svg.fonttype none). Returns the paths written."""
     import matplotlib.pyplot as plt
 
     paths = []
     with plt.rc_context({"svg.fonttype": "none", "pdf.fonttype": 42}):
-        for ext in ("png", "pdf", "svg"):
+        for ext in ("png", *vector):
             fig.savefig(folder / f"{name}.{ext}", bbox_inches="tight", dpi=200 if ext == "png" else None)
             paths.append(folder / f"{name}.{ext}")
     return paths

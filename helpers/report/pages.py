@@ -51,8 +51,11 @@ def captions(results: dict, settings, figure_names) -> dict:
 
 def captions_markdown(results: dict, settings, figure_names) -> str:
     lines = [f"# Figure captions: {settings.model_a} vs {settings.model_b}", ""]
+    from helpers.report.figures import vector_formats
+
+    formats = ", ".join(["PNG"] + [f.upper() for f in vector_formats(settings.vector_figures)])
     for name, caption in captions(results, settings, figure_names).items():
-        lines += [f"**figures/{name}** (PNG, PDF, SVG). {caption}", ""]
+        lines += [f"**figures/{name}** ({formats}). {caption}", ""]
     return "\n".join(lines)
 
 

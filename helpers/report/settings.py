@@ -40,13 +40,15 @@ class Settings:
     reference_b: str | None = None
     measures: str = "cka,procrustes"  # the conclusions recomputed with other measures (helpers.report.measures)
     measure_count: int = 512          # images the other measures use (the first ones of the set)
+    vector_figures: str = "pdf,svg"   # the figures' formats beside PNG (helpers.report.figures.vector_formats)
     out: str = str(OUTPUT_DIR / "report")
 
     def fingerprint(self) -> str:
         """A hash of everything that changes the numbers (not --out): cached parts must match it.
         Weight files count by their content (SHA-256), so a retrained file with the same name is recomputed."""
         # the other measures are not cached, so they do not change which CKA parts a rerun may load
-        numbers = {k: v for k, v in asdict(self).items() if k not in ("out", "attention", "threads", "measures", "measure_count")}
+        numbers = {k: v for k, v in asdict(self).items()
+                   if k not in ("out", "attention", "threads", "measures", "measure_count", "vector_figures")}
         for key in ("weights_a", "weights_b", "reference_a", "reference_b"):
             if numbers[key]:
                 numbers[key] = file_sha256(numbers[key])
@@ -144,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--measure-count", type=int, default=d.measure_count,
                    help="images the other measures use (the first ones of the set, in one forward pass per model and "
                         "reading: lower it when a GPU runs out of memory); at least 100")
+    p.add_argument("--vector-figures", default=d.vector_figures,
+                   help="the figures' formats beside PNG, comma-separated: pdf and svg keep text as text for a "
+                        "document; 'none' writes PNG only (overview.html shows the PNGs), in about a third of the time")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of the random subsamples and of the untrained twins")
     p.add_argument("--threads", type=int, default=d.threads,
                    help="CPU threads for torch; 0 (auto) uses 1 thread for two lite models on the CPU (tiny models run "

@@ -234,7 +234,8 @@ def command_line(settings: Settings) -> str:
     s, d = settings, Settings()
     parts = ["python -m helpers.report", s.model_a, s.model_b, "--images", s.images, "--count", str(s.count or 0)]
     for key in ("layers_a", "layers_b", "policy_a", "policy_b", "batch_size", "repeats", "level", "attention",
-                "attention_count", "seed", "threads", "weights_a", "weights_b", "reference_a", "reference_b"):
+                "attention_count", "seed", "threads", "weights_a", "weights_b", "reference_a", "reference_b", "measures",
+                "measure_count", "vector_figures"):
         if getattr(s, key) != getattr(d, key):
             parts += [f"--{key.replace('_', '-')}", str(getattr(s, key))]
     return " ".join(parts + ["--out", shown_path(s.out)])
