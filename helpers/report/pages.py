@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import html
 
+from helpers.report.figures import vector_formats
+
 
 def captions(results: dict, settings, figure_names) -> dict:
     """{figure name: caption} for every figure written."""
@@ -50,10 +52,8 @@ def captions(results: dict, settings, figure_names) -> dict:
 
 
 def captions_markdown(results: dict, settings, figure_names) -> str:
+    formats = ", ".join(["PNG"] + [f.upper() for f in vector_formats(settings.vector_figures)])  # what was written
     lines = [f"# Figure captions: {settings.model_a} vs {settings.model_b}", ""]
-    from helpers.report.figures import vector_formats
-
-    formats = ", ".join(["PNG"] + [f.upper() for f in vector_formats(settings.vector_figures)])
     for name, caption in captions(results, settings, figure_names).items():
         lines += [f"**figures/{name}** ({formats}). {caption}", ""]
     return "\n".join(lines)
