@@ -18,6 +18,7 @@ import sys
 import time
 from contextlib import nullcontext
 from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 
 import timm
@@ -160,8 +161,14 @@ CHECK_IMAGES = 2000  # the held-out images the test suite re-evaluates every che
 
 def check_accuracy(model, variant: str = "standard") -> float:
     """Accuracy on the first CHECK_IMAGES test images: recorded in the card, re-checked by the tests."""
-    images, labels = shapes.load_split("test", count=CHECK_IMAGES, variant=variant)
+    images, labels = _check_split(variant)
     return round(accuracy(model, images, labels), 4)
+
+
+@lru_cache(maxsize=2)
+def _check_split(variant: str) -> tuple:
+    """The check images, rendered once per process (6 MB; the tests check 24 checkpoints on them). Read only."""
+    return shapes.load_split("test", count=CHECK_IMAGES, variant=variant)
 
 
 def to_fp16_and_back(model) -> None:
