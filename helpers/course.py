@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import random
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,17 @@ def shown_path(path) -> str:
         return str(Path(path).resolve().relative_to(REPO_ROOT))
     except ValueError:
         return str(path)
+
+
+@contextmanager
+def torch_threads(n: int):
+    """torch.set_num_threads(n) inside the block, the caller's setting restored after (the report, training)."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
 
 
 def seed_everything(seed: int = 0) -> None:

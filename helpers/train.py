@@ -28,7 +28,7 @@ from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
 from helpers import attention, shapes, zoo
-from helpers.course import DATA_DIR
+from helpers.course import DATA_DIR, torch_threads
 from helpers.data import image_set, tensor_set
 
 MODELS_DIR = DATA_DIR / "models"
@@ -223,12 +223,8 @@ def main(argv=None) -> int:
                              "CPU for these small heads (python benchmarks/bench_training.py measures by how much)")
     parser.add_argument("--out", type=Path, default=MODELS_DIR, help="folder for <name>.safetensors and <name>.json")
     args = parser.parse_args(argv)
-    saved_threads = torch.get_num_threads()
-    torch.set_num_threads(args.threads)
-    try:
+    with torch_threads(args.threads):  # called in-process (a test, a notebook), it leaves torch's threads as it found them
         return _train_and_save(args, argv)
-    finally:  # called in-process (a test, a notebook), it leaves torch's threads as it found them
-        torch.set_num_threads(saved_threads)
 
 
 def _train_and_save(args, argv) -> int:

@@ -22,7 +22,7 @@ def torch_threads_unchanged():
     if after != before:
         torch.set_num_threads(before)
         pytest.fail(f"the test left torch with {after} threads instead of {before}: restore them in a finally block "
-                    "(helpers.report.compute.threads does).", pytrace=False)
+                    "(with helpers.course.torch_threads(n): ...).", pytrace=False)
 
 
 @pytest.fixture(scope="module")

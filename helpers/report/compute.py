@@ -3,13 +3,13 @@ cached under <out>/cache so that a rerun resumes; then the numbers derived from 
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from helpers import intervals, zoo
+from helpers.course import torch_threads  # noqa: F401  (helpers.report re-exports it)
 from helpers.data import subset
 from helpers.report.distributed import World, main_first, n_batches, reduce_state, share_from_main, shards, world
 from helpers.report.cached import arrays_saved, cached, cached_arrays  # noqa: F401  (helpers.report re-exports cached)
@@ -92,19 +92,6 @@ def thread_count(settings: Settings, model_a, model_b) -> int:
     on_cpu = all(next(m.parameters()).device.type == "cpu" for m in (model_a, model_b))
     lite = settings.model_a in zoo.ZOO and settings.model_b in zoo.ZOO
     return 1 if on_cpu and lite else torch.get_num_threads()
-
-
-@contextmanager
-def torch_threads(n: int):
-    """torch.set_num_threads(n) inside the block, the caller's setting restored after."""
-    import torch
-
-    saved = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(saved)
 
 
 def compute(settings: Settings, model_a, model_b, images, plan: dict, progress: bool = True) -> dict:
