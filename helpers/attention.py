@@ -119,7 +119,8 @@ def mean_attention_distance(attn: torch.Tensor, patch_size: int, num_prefix_toke
         raise ValueError(f"attn must be (B, heads, N, N) attention probabilities (one entry of attention_maps(...)), got "
                          f"{tuple(attn.shape) if isinstance(attn, torch.Tensor) else type(attn).__name__}.")
     if attn.numel() == 0:
-        raise ValueError(f"attn has shape {tuple(attn.shape)}: no images or no tokens to measure.")
+        raise ValueError(f"attn has shape {tuple(attn.shape)}: no images or no tokens to measure. Give the maps of at "
+                         "least one image: attention_maps(model, images) on a batch that is not empty.")
     # NaN makes the minimum NaN (which fails >= 0), and +inf makes the sum infinite (probabilities cannot overflow it)
     if not attn.amin() >= 0 or not torch.isfinite(attn.sum()):
         raise ValueError("attn holds negative or non-finite values: give softmax probabilities, not attention logits.")
