@@ -23,3 +23,34 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # two test workers share the machine's cores: one torch thread each (and in each notebook kernel, which
     # inherits this), since two workers of several threads each oversubscribe the cores and run slower
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+
+
+# The slowest test files and notebooks, slowest first (seconds each in a 2-core run of the whole suite, rounded).
+# pytest-xdist gives each worker one whole file at a time (--dist loadscope), and its own order (by number of tests,
+# turned off in pyproject.toml) left the 290 s rehearsal for last, with one worker idle while the other ran it.
+# Longest first, the two workers end within seconds of each other. Every other file follows, in collection order.
+SLOWEST_FIRST = [
+    "tests/test_full_track_rehearsal.py",          # 290
+    "notebooks/07_vit_vs_resnet.ipynb",            # 110
+    "tests/test_student_copies.py",                # 90
+    "notebooks/06_representation_structure.ipynb", # 80
+    "notebooks/16_compare_your_models.ipynb",      # 70
+    "tests/test_report.py",                        # 70
+    "notebooks/13_linear_probes.ipynb",            # 65
+    "tests/test_browser.py",                       # 55
+    "notebooks/14_data_and_model_scale.ipynb",     # 55
+    "tests/test_models.py",                        # 50
+    "notebooks/10_receptive_fields.ipynb",         # 50
+    "tests/test_report_distributed.py",            # 50
+    "notebooks/08_local_and_global_attention.ipynb",  # 50
+    "notebooks/12_spatial_localization.ipynb",     # 45
+    "notebooks/11_skip_connections.ipynb",         # 45
+    "notebooks/17_when_cka_misleads.ipynb",        # 40
+    "notebooks/09_local_heads_vs_convolutions.ipynb",  # 30
+]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the files of SLOWEST_FIRST first, in its order (a stable sort: the tests inside a file keep theirs)."""
+    rank = {path: i for i, path in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))

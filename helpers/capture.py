@@ -136,7 +136,7 @@ def _declared_format(module):
     return fmt if fmt in ("NCHW", "NHWC") else None
 
 
-def layout_of(model, module_name: str) -> str:
+def layout_of(model, module_name: str, modules: dict | None = None) -> str:
     """'NHWC' when the module's 4-D activation is channels-last, else 'NCHW' (also for outputs that are not 4-D).
 
     Known from the model, not guessed from a shape:
@@ -147,8 +147,10 @@ def layout_of(model, module_name: str) -> str:
         `output_fmt` decides: timm's SwinTransformer and its patch embedding declare 'NHWC'.
     A module's input (':input') gets the same rules: a convolution also reads (B, C, H, W), a Swin block reads
     what the previous one wrote (B, H, W, C).
+    modules: dict(model.named_modules()), when the caller has it (walking the model for every layer of a report
+    took about a second of its minute).
     """
-    modules = dict(model.named_modules())
+    modules = dict(model.named_modules()) if modules is None else modules
     module = modules[module_name]
     if isinstance(module, _CHANNELS_FIRST):
         return "NCHW"
@@ -168,7 +170,8 @@ def resolve(model, layers) -> list:
     """Turn a preset, names or patterns into a list of Taps (in model order for presets and patterns), each with
     the layout of its 4-D activations (layout_of)."""
     taps = _resolve_names(model, layers)
-    return [Tap(t.label, t.module, t.where, layout_of(model, t.module)) for t in taps]
+    modules = dict(model.named_modules())
+    return [Tap(t.label, t.module, t.where, layout_of(model, t.module, modules)) for t in taps]
 
 
 def _resolve_names(model, layers) -> list:

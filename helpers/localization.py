@@ -128,7 +128,7 @@ def capture_tokens(model, images, layers, batch_size: int = 256, pool_to=None, d
     modules = dict(model.named_modules())
     current, kept, grids, prefixes = {}, {}, {}, {}
 
-    channels_last = {layer for layer in layers if layout_of(model, layer) == "NHWC"}  # Swin, ConvNeXt norm/mlp
+    channels_last = {layer for layer in layers if layout_of(model, layer, modules) == "NHWC"}  # Swin, ConvNeXt norm/mlp
 
     def hook(layer):
         def record(_module, _inputs, output):

@@ -213,7 +213,7 @@ def receptive_fields(model, images: torch.Tensor, layers="post", channels="sum",
     x = images.detach().clone().requires_grad_(True)
     values, grids, handles = {}, {}, []
     modules = dict(model.named_modules())
-    layouts = {t.label: capture.layout_of(model, t.module) for t in wanted}  # Swin's maps are (B, H, W, C)
+    layouts = {t.label: capture.layout_of(model, t.module, modules) for t in wanted}  # Swin's maps are (B, H, W, C)
 
     def keep(target, value):
         if target.label in values:

@@ -1,5 +1,6 @@
 """The course maps agree: README.md, README.zh.md and notebook 00 list the notebooks that exist, the Chinese
-titles in README.zh.md are the ones under each notebook's title, and both glossaries define the same terms."""
+titles in README.zh.md are the ones under each notebook's title, both glossaries define the same terms, and the
+suite's slowest-first list (conftest.py) names files that exist."""
 
 import json
 import re
@@ -79,3 +80,15 @@ def test_no_markdown_cell_is_a_bare_placeholder():
             text = "".join(cell["source"]).strip()
             if cell["cell_type"] == "markdown":
                 assert not re.fullmatch(r"[A-Z][A-Z0-9_]*", text), f"{name}, cell {i}: placeholder {text!r} instead of text"
+
+
+def test_the_suites_slowest_first_list_names_files_that_exist():
+    """conftest.py's SLOWEST_FIRST orders the suite by file; a renamed file would silently drop out of it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
+    root_conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(root_conftest)
+    missing = [path for path in root_conftest.SLOWEST_FIRST if not (ROOT / path).is_file()]
+    assert not missing, f"conftest.py's SLOWEST_FIRST names files that do not exist: {missing}"
+    assert len(set(root_conftest.SLOWEST_FIRST)) == len(root_conftest.SLOWEST_FIRST)
