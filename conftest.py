@@ -47,6 +47,10 @@ SLOWEST_FIRST = [
     "notebooks/11_skip_connections.ipynb",         # 45
     "notebooks/17_when_cka_misleads.ipynb",        # 40
     "notebooks/09_local_heads_vs_convolutions.ipynb",  # 30
+    "tests/test_grade.py",                         # 15
+    "notebooks/15_mlp_mixer.ipynb",                # 15
+    "tests/test_report_gram_reuse.py",             # 12
+    "notebooks/05_hooking_vit_and_resnet.ipynb",   # 10
 ]
 
 
