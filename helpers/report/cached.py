@@ -45,13 +45,23 @@ def cached_arrays(path: Path, fingerprint: str, n_images: int, compute, log) -> 
     """{name: numpy array} saved at `path` by an earlier run with the same settings and image count,
     else compute() (a dict of arrays), saved there with both and returned."""
     if arrays_saved(path, fingerprint, n_images):
-        with np.load(path, allow_pickle=False) as f:
-            log.append(f"{path.name}: loaded (finished earlier)")
-            return {k: f[k] for k in f.files if k not in ("fingerprint", "n_images")}
+        log.append(f"{path.name}: loaded (finished earlier)")
+        return load_arrays(path)
     arrays = compute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, **arrays, n_images=n_images, fingerprint=np.array(fingerprint))
+    save_arrays(path, arrays, fingerprint, n_images)
     return arrays
+
+
+def save_arrays(path: Path, arrays: dict, fingerprint: str, n_images: int) -> None:
+    """{name: numpy array} saved at `path` (.npz) with the settings' fingerprint and the image count."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, **arrays, n_images=n_images, fingerprint=np.array(fingerprint))
+
+
+def load_arrays(path: Path) -> dict:
+    """The {name: numpy array} that save_arrays wrote at `path` (without the fingerprint and image count)."""
+    with np.load(path, allow_pickle=False) as f:
+        return {k: f[k] for k in f.files if k not in ("fingerprint", "n_images")}
 
 
 def arrays_saved(path: Path, fingerprint: str, n_images: int) -> bool:

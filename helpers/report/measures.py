@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from helpers.report.cached import arrays_saved
+from helpers.report.cached import arrays_saved, load_arrays, save_arrays
 from helpers.report.settings import ReportError
 
 KEYS = {"cka": "CKA", "procrustes": "Procrustes", "rsa": "RSA", "knn": "mutual k-NN"}  # --measures name: printed name
@@ -257,7 +257,7 @@ def compute_measures(settings, model_a, model_b, images, controls: dict, floor: 
 
 def _save_measure(path, parts: dict, floor_of_key: dict | None, fingerprint: str, n: int) -> None:
     """One measure's parts (values on all images and on each subsample, layer names) and its floor draws, as
-    arrays in one .npz (helpers.report.cached.cached_arrays' format: loaded only with the same settings and n)."""
+    arrays in one .npz (helpers.report.cached.save_arrays: loaded only with the same settings and n)."""
     arrays = {}
     for name, part in parts.items():
         arrays[f"{name}@full"] = part.full.values
@@ -265,8 +265,7 @@ def _save_measure(path, parts: dict, floor_of_key: dict | None, fingerprint: str
         arrays[f"{name}@rows"], arrays[f"{name}@cols"] = np.array(part.full.rows), np.array(part.full.cols)
     for name, draws in (floor_of_key or {}).get("values", {}).items():
         arrays[f"{name}@floor"] = np.stack(draws)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, **arrays, n_images=n, fingerprint=np.array(fingerprint))
+    save_arrays(path, arrays, fingerprint, n)
 
 
 def _load_measure(path, key: str, samples: list, n: int, level: float, seeds: list, log) -> tuple:
@@ -275,8 +274,7 @@ def _load_measure(path, key: str, samples: list, n: int, level: float, seeds: li
     from helpers.minibatch_cka import CKAMatrix
     from helpers.report.compute import Part
 
-    with np.load(path, allow_pickle=False) as f:
-        arrays = {k: f[k] for k in f.files}
+    arrays = load_arrays(path)
     if log is not None:
         log.append(f"{Path(path).name}: loaded (finished earlier)")
     parts = {}
