@@ -27,8 +27,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 # The slowest test files and notebooks, slowest first (seconds each in a 2-core run of the whole suite, rounded).
 # pytest-xdist gives each worker one whole file at a time (--dist loadscope), and its own order (by number of tests,
-# turned off in pyproject.toml) left the 290 s rehearsal for last, with one worker idle while the other ran it.
-# Longest first, the two workers end within seconds of each other. Every other file follows, in collection order.
+# turned off in pyproject.toml) started the 290 s rehearsal late (at 400 s of a 700 s run), and whichever worker got
+# it ran on alone at the end. Longest first, the two workers end within seconds of each other. Every other file
+# follows, in collection order. Re-measure when a file's time changes a lot (a timeline of a whole run).
 SLOWEST_FIRST = [
     "tests/test_full_track_rehearsal.py",          # 290
     "notebooks/07_vit_vs_resnet.ipynb",            # 110
