@@ -218,7 +218,7 @@ def run(settings: Settings, progress: bool = True) -> dict:
     if here.main:
         check_out(settings.out)  # a bad --out stops before anything is loaded
     measures.measure_keys(settings.measures)  # an unknown name stops before anything is loaded
-    vector_formats(settings.vector_figures)
+    vector_formats(settings.vector_figures)  # an unknown figure format stops before anything is loaded
     model_a, model_b, images, plan = load_inputs(settings)
     asked = settings.repeats
     settings = replace(settings, repeats=fitted_repeats(asked, len(images)))  # a small set: fewer subsamples, or none

@@ -21,8 +21,9 @@ def vector_formats(text: str) -> list:
         return []
     unknown = [x for x in names if x not in VECTOR_FORMATS]
     if unknown or not names:
-        raise ReportError(f"--vector-figures {text}: unknown format(s) {unknown}. Give pdf, svg or both "
-                          "(comma-separated), or none for PNG only.")
+        what = f"unknown format(s) {unknown}" if unknown else "no format given"
+        raise ReportError(f"--vector-figures {text}: {what}. Give pdf, svg or both (comma-separated), "
+                          "or none for PNG only.")
     return list(dict.fromkeys(names))
 
 
