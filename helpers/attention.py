@@ -126,7 +126,7 @@ def mean_attention_distance(attn: torch.Tensor, patch_size: int, num_prefix_toke
         raise ValueError("attn holds negative or non-finite values: give softmax probabilities, not attention logits.")
     n_patches = attn.shape[-1] - num_prefix_tokens
     grid = int(round(max(n_patches, 0) ** 0.5))
-    if grid * grid != n_patches:
+    if n_patches < 1 or grid * grid != n_patches:
         raise ValueError(f"{n_patches} patch tokens do not form a square grid; check num_prefix_tokens.")
     distances = patch_distances(grid, patch_size).to(attn.device)
     # each query's distance-weighted attention, renormalised over the patch keys (dividing the (B, heads, P)

@@ -311,6 +311,11 @@ def test_helpers_for_covariates_and_classes_refuse_or_accept_clearly():
         regress_out(x, torch.tensor([float("nan")] + [0.0] * 11))
     with pytest.raises(ValueError, match="probabilities"):
         attention.mean_attention_distance(torch.randn(1, 2, 65, 65), 4, 1)
+    uniform = torch.full((1, 2, 5, 5), 0.2)  # 5 tokens: with 1 prefix token a 2 x 2 grid of patches
+    assert attention.mean_attention_distance(uniform, 4, 1).shape == (2,)
+    for prefix in (5, 7):  # every token, or more than all of them, called a prefix token: no patches left to measure
+        with pytest.raises(ValueError, match="num_prefix_tokens"):
+            attention.mean_attention_distance(uniform, 4, prefix)
 
 
 def test_a_bad_device_argument_is_explained():
