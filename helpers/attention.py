@@ -130,8 +130,8 @@ def mean_attention_distance(attn: torch.Tensor, patch_size: int, num_prefix_toke
         raise ValueError(f"{n_patches} patch tokens do not form a square grid; check num_prefix_tokens.")
     distances = patch_distances(grid, patch_size).to(attn.device)
     # each query's distance-weighted attention, renormalised over the patch keys (dividing the (B, heads, P)
-    # sums, not the (B, heads, P, P) maps). A few images at a time: each float64 copy then stays small enough for
-    # the CPU's cache (a whole batch's copy was 2.5 times slower), and every value is the same bit for bit
+    # sums, not the (B, heads, P, P) maps). A few images at a time: each float64 copy then fits in the CPU's cache
+    # on the lite track (a whole batch's copy was about 3 times slower), and every value is the same bit for bit
     per_query = torch.cat([_distance_per_query(attn[start:start + DISTANCE_CHUNK], num_prefix_tokens, distances)
                            for start in range(0, attn.shape[0], DISTANCE_CHUNK)])  # (B, heads, P)
     return per_query.mean(dim=2) if per_image else per_query.mean(dim=(0, 2))
