@@ -127,7 +127,9 @@ def mean_attention_distance(attn: torch.Tensor, patch_size: int, num_prefix_toke
     n_patches = attn.shape[-1] - num_prefix_tokens
     grid = int(round(max(n_patches, 0) ** 0.5))
     if n_patches < 1 or grid * grid != n_patches:
-        raise ValueError(f"{n_patches} patch tokens do not form a square grid; check num_prefix_tokens.")
+        raise ValueError(f"{n_patches} patch tokens ({attn.shape[-1]} tokens less {num_prefix_tokens} prefix tokens) do "
+                         "not form a square grid: give the model's own num_prefix_tokens (model.num_prefix_tokens: 1 "
+                         "for a CLS token, 0 for a GAP ViT).")
     distances = patch_distances(grid, patch_size).to(attn.device)
     # each query's distance-weighted attention, renormalised over the patch keys (dividing the (B, heads, P)
     # sums, not the (B, heads, P, P) maps). A few images at a time: each float64 copy then fits in the CPU's cache
