@@ -57,6 +57,19 @@ def test_t_quantile_known_values():
     assert t_quantile(0.95, 10_000) == pytest.approx(1.6449, abs=1e-3)  # -> normal
 
 
+def test_t_quantile_is_integrated_once_per_level_and_dof():
+    """Cached: the same number as a fresh integration, for an int or a float dof; bad input still raises."""
+    from helpers.intervals import _t_quantile
+
+    first = t_quantile(0.95, 7)
+    hits = _t_quantile.cache_info().hits
+    assert t_quantile(0.95, 7.0) == first == _t_quantile.__wrapped__(0.95, 7)
+    assert _t_quantile.cache_info().hits == hits + 1
+    for p, dof in ((1.0, 7), (0.95, 0), (float("nan"), 7)):
+        with pytest.raises(ValueError, match="t_quantile needs"):
+            t_quantile(p, dof)
+
+
 def test_disjoint_subsamples_are_disjoint_equal_and_seeded():
     parts = disjoint_subsamples(103, 10, seed=3)
     assert len(parts) == 10 and all(len(p) == 10 for p in parts)
