@@ -104,6 +104,9 @@ def patch_distances(grid: int, patch_size: int) -> torch.Tensor:
     return torch.cdist(rc.double(), rc.double()) * patch_size
 
 
+DISTANCE_CHUNK = 8  # images per float64 copy in mean_attention_distance (8 x 8 heads x 64 x 64 float64: 2 MiB)
+
+
 def mean_attention_distance(attn: torch.Tensor, patch_size: int, num_prefix_tokens: int,
                             per_image: bool = False) -> torch.Tensor:
     """Mean attention distance per head, in pixels (Raghu et al. Fig. 3; Dosovitskiy et al. Fig. 11).
@@ -137,9 +140,6 @@ def mean_attention_distance(attn: torch.Tensor, patch_size: int, num_prefix_toke
     per_query = torch.cat([_distance_per_query(attn[start:start + DISTANCE_CHUNK], num_prefix_tokens, distances)
                            for start in range(0, attn.shape[0], DISTANCE_CHUNK)])  # (B, heads, P)
     return per_query.mean(dim=2) if per_image else per_query.mean(dim=(0, 2))
-
-
-DISTANCE_CHUNK = 8  # images per float64 copy in mean_attention_distance (8 x 8 heads x 64 x 64 float64: 2 MiB)
 
 
 def _distance_per_query(attn: torch.Tensor, num_prefix_tokens: int, distances: torch.Tensor) -> torch.Tensor:
