@@ -24,6 +24,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -161,6 +162,19 @@ def without_magics(source: str) -> str:
     return re.sub(r"^(\s*)([%!])", r"\1# \2", source, flags=re.M)
 
 
+# CPython 3.11 keeps the depth counter of ast.parse's tree building in one place per interpreter, so two threads
+# parsing at once can fail with "SystemError: AST constructor recursion depth mismatch" when Python code (a __del__,
+# a gc callback) runs during one parse and lets the other thread in (python/cpython#106905). The grading threads
+# parse one at a time: it is milliseconds per notebook.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_cell(source: str) -> list:
+    """ast.parse(source).body, one thread at a time (see _PARSE_LOCK). Raises SyntaxError as ast.parse does."""
+    with _PARSE_LOCK:
+        return ast.parse(source).body
+
+
 def cells_to_run(cells, functions: list) -> list:
     """The code cells the sandbox runs, in notebook order: for each exercise function the last cell
     defining it, and every cell that only defines functions or classes or imports (the student's helpers)."""
@@ -170,7 +184,7 @@ def cells_to_run(cells, functions: list) -> list:
             continue
         source = without_magics(_text(cell.get("source")))
         try:
-            body = ast.parse(source).body
+            body = parse_cell(source)
             defined = {n.name for n in body if isinstance(n, ast.FunctionDef)}
         except SyntaxError:  # a magic or a typo: found by a plain search, and it fails in the sandbox
             body, defined = None, set(re.findall(r"^def (\w+)\(", source, re.M))
