@@ -152,8 +152,9 @@ def test_cells_sent_to_the_sandbox():
 def test_cells_are_read_by_several_grading_threads_at_once():
     """The grading threads read their notebooks at the same time. On CPython 3.11, two ast.parse calls at once
     fail with "AST constructor recursion depth mismatch" when Python code runs during one of them (here a
-    __del__ of cyclic garbage, made by a thread as a grader's subprocesses and files make it); seen once in a
-    test run of the hostile class. grade.parse_cell lets one thread parse at a time."""
+    __del__ of cyclic garbage, made by a thread as a grader's subprocesses and files make it). It failed the
+    hostile class once, in a run with a gc callback installed (a profiler's). grade.parse_cell lets one thread
+    parse at a time; without its lock this test fails in well under a second."""
     import sys
     import threading
 
