@@ -153,8 +153,8 @@ def test_cells_are_read_by_several_grading_threads_at_once():
     """The grading threads read their notebooks at the same time. On CPython 3.11, two ast.parse calls at once
     fail with "AST constructor recursion depth mismatch" when Python code runs during one of them (here a
     __del__ of cyclic garbage, made by a thread as a grader's subprocesses and files make it). It failed the
-    hostile class once, in a run with a gc callback installed (a profiler's). grade.parse_cell lets one thread
-    parse at a time; without its lock this test fails in well under a second."""
+    hostile class once, in a run with a gc callback installed (a profiler's). parse_cell (helpers.grade.grader)
+    lets one thread parse at a time; without its lock this test fails in well under a second."""
     import sys
     import threading
 
@@ -180,10 +180,10 @@ def test_cells_are_read_by_several_grading_threads_at_once():
         except Exception as error:  # noqa: BLE001 - reported below, with its type
             errors.append(f"{type(error).__name__}: {error}")
 
+    threads = [threading.Thread(target=garbage)] + [threading.Thread(target=grade_cells) for _ in range(4)]
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # switch threads as often as possible
     try:
-        threads = [threading.Thread(target=garbage)] + [threading.Thread(target=grade_cells) for _ in range(4)]
         for thread in threads:
             thread.start()
         for thread in threads[1:]:
