@@ -22,10 +22,28 @@ import torch
 def as_float64_tensor(A, what: str = "features") -> torch.Tensor:
     """Convert a numpy array or torch tensor to a float64 torch tensor on the same device."""
     if isinstance(A, torch.Tensor):
+        if A.is_complex():
+            raise TypeError(f"{what} holds complex values; CKA compares real features. Pass {what}.real or {what}.abs().")
         return A.detach().to(torch.float64)
     if isinstance(A, np.ndarray) or np.isscalar(A) or isinstance(A, (list, tuple)):
-        return torch.as_tensor(np.asarray(A, dtype=np.float64))
+        A = np.asarray(A)
+        if np.iscomplexobj(A):  # float64 would drop the imaginary parts with only a warning
+            raise TypeError(f"{what} holds complex values; CKA compares real features. Pass {what}.real or abs({what}).")
+        return torch.as_tensor(A.astype(np.float64))
     raise TypeError(f"{what} must be a numpy array or a torch tensor, got {type(A).__name__}.")
+
+
+def unit_scaled(A: torch.Tensor) -> torch.Tensor:
+    """A times the power of two that brings its largest |value| into [0.5, 1).
+
+    Only the exponents change, so the products and sums of a scale-invariant result (CKA, an RBF Gram with a
+    median bandwidth) give the same bits as before; features near float64's limits (1e200, 1e-200) then neither
+    overflow to inf nor underflow to 0 in their squares. A zero matrix is returned as it is.
+    """
+    largest = A.abs().max()
+    if largest == 0:
+        return A
+    return torch.ldexp(A, -torch.frexp(largest).exponent)
 
 
 def _like_input(result: torch.Tensor, original):
@@ -84,7 +102,11 @@ def gram_linear(X):
     X: (n, p) features, one row per example.  Returns K: (n, n) with K[i, j] = <x_i, x_j>.
     """
     Xt = check_features(X, "X")
-    return _like_input(Xt @ Xt.T, X)
+    K = Xt @ Xt.T
+    if not torch.isfinite(K).all():
+        raise ValueError("X's Gram overflows float64 (its values are too large). Divide the features by a constant "
+                         "first: CKA does not change.")
+    return _like_input(K, X)
 
 
 def median_of(values: torch.Tensor) -> torch.Tensor:
@@ -107,7 +129,7 @@ def gram_rbf(X, threshold: float = 1.0):
     where sigma = threshold * (median pairwise distance). The median runs over the full
     n x n matrix of squared distances, zero diagonal included, as in Kornblith's demo.
     """
-    Xt = check_features(X, "X")
+    Xt = unit_scaled(check_features(X, "X"))  # the bandwidth follows the scale, so K does not change
     if threshold <= 0:
         raise ValueError(f"threshold must be positive (a fraction of the median distance), got {threshold}.")
     dot = Xt @ Xt.T
@@ -158,7 +180,7 @@ def hsic(K, L):
     n = Kt.shape[0]
     Kc = center_gram(Kt)
     Lc = center_gram(Lt)
-    return float((Kc * Lc).sum() / (n - 1) ** 2)
+    return _finite_hsic(float((Kc * Lc).sum() / (n - 1) ** 2))
 
 
 def hsic_unbiased(K, L):
@@ -177,7 +199,15 @@ def hsic_unbiased(K, L):
     trace_term = (Kt * Lt).sum()  # tr(K~ L~) for symmetric matrices
     sums_term = Kt.sum() * Lt.sum() / ((n - 1) * (n - 2))
     cross_term = 2 / (n - 2) * (Kt.sum(0) @ Lt.sum(0))
-    return float((trace_term + sums_term - cross_term) / (n * (n - 3)))
+    return _finite_hsic(float((trace_term + sums_term - cross_term) / (n * (n - 3))))
+
+
+def _finite_hsic(value: float) -> float:
+    """HSIC is not scale-invariant, so Grams near float64's limits can overflow it: say so, never return inf."""
+    if not np.isfinite(value):
+        raise ValueError(f"HSIC came out as {value}: the Grams' values are too large for float64. Divide the features "
+                         "by a constant first (HSIC scales with it; CKA does not change).")
+    return value
 
 
 # --------------------------------------------------------------------------- CKA
@@ -203,7 +233,7 @@ def cka(K, L, debiased: bool = False):
                     needs n >= 4. It is a ratio of unbiased estimators, so still slightly biased.
     Returns a float; 1 means the two representations are equal up to rotation and scale.
     """
-    Kt, Lt = check_gram(K, "K"), check_gram(L, "L")
+    Kt, Lt = unit_scaled(check_gram(K, "K")), unit_scaled(check_gram(L, "L"))  # CKA ignores scale
     check_same_examples(Kt, Lt)
     Kc = center_gram(Kt, unbiased=debiased)
     Lc = center_gram(Lt, unbiased=debiased)
@@ -218,7 +248,7 @@ def linear_cka(X, Y, debiased: bool = False):
     cheaper than Grams when p < n. Equals cka(gram_linear(X), gram_linear(Y), debiased).
     When either input has more features than examples, the Gram form is cheaper and is used.
     """
-    Xt, Yt = check_features(X, "X"), check_features(Y, "Y")
+    Xt, Yt = unit_scaled(check_features(X, "X")), unit_scaled(check_features(Y, "Y"))  # CKA ignores scale
     check_same_examples(Xt, Yt, ("X", "Y"))
     if max(Xt.shape[1], Yt.shape[1]) > Xt.shape[0]:
         return cka(Xt @ Xt.T, Yt @ Yt.T, debiased=debiased)

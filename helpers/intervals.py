@@ -37,6 +37,8 @@ def disjoint_subsamples(n: int, repeats: int, seed: int = 0) -> list:
     if size < 4:
         raise ValueError(f"{n} images in {repeats} subsamples give {size} image{'' if size == 1 else 's'} each; CKA needs at least 4 (use 50+): "
                          "use fewer repeats or more images.")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a whole number of 0 or more, got {seed!r}.")
     order = np.random.default_rng(seed).permutation(n)
     return [np.sort(order[k * size:(k + 1) * size]) for k in range(repeats)]
 

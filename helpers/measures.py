@@ -79,11 +79,19 @@ def _features(A, name: str, min_examples: int = 2) -> np.ndarray:
 
 
 def _pair(X, Y, min_examples: int = 2):
+    """Both checked, each times a power of two (_unit_scaled): every measure of a pair ignores scale."""
     X, Y = _features(X, "X", min_examples), _features(Y, "Y", min_examples)
     if len(X) != len(Y):
         raise ValueError(f"X has {len(X)} examples but Y has {len(Y)}. The measures compare two representations "
                          "of the SAME examples in the same order: pass matching rows.")
-    return X, Y
+    return _unit_scaled(X), _unit_scaled(Y)
+
+
+def _unit_scaled(A: np.ndarray) -> np.ndarray:
+    """A times the power of two that brings its largest |value| into [0.5, 1): the same bits for a scale-invariant
+    measure, and no overflow to inf (or underflow to 0) in the squares of values near float64's limits."""
+    largest = np.abs(A).max()
+    return A if largest == 0 else np.ldexp(A, -np.frexp(largest)[1])
 
 
 def _unit_shape(A: np.ndarray, name: str) -> np.ndarray:
@@ -133,9 +141,12 @@ def rdm(X, dissimilarity: str = "euclidean") -> np.ndarray:
     'euclidean': ||x_i - x_j||;  'correlation': 1 - Pearson correlation of x_i and x_j over features.
     """
     X = _features(X, "X", 3)
+    largest = np.abs(X).max()
+    shift = 0 if largest == 0 else int(np.frexp(largest)[1])  # distances of X / 2**shift, times 2**shift: the same bits
+    X = np.ldexp(X, -shift)
     if dissimilarity == "euclidean":
         squared = (X * X).sum(1)
-        return np.sqrt(np.clip(squared[:, None] + squared[None, :] - 2 * X @ X.T, 0, None))
+        return np.ldexp(np.sqrt(np.clip(squared[:, None] + squared[None, :] - 2 * X @ X.T, 0, None)), shift)
     if dissimilarity == "correlation":
         if X.shape[1] < 2:
             raise ValueError("correlation distance needs at least 2 features per example; use dissimilarity='euclidean'.")
@@ -185,7 +196,7 @@ def rsa(X, Y, dissimilarity: str = "euclidean") -> float:
 
 def nearest_neighbours(X, k: int) -> np.ndarray:
     """The k nearest neighbours of each example by cosine similarity, itself left out: X (n, p) -> (n, k) indices."""
-    X = _features(X, "X", k + 2)
+    X = _unit_scaled(_features(X, "X", k + 2))  # norms of values near float64's limits would overflow
     norms = np.linalg.norm(X, axis=1, keepdims=True)
     if (norms == 0).any():
         raise ValueError(f"{int((norms == 0).sum())} example(s) are the zero vector: cosine similarity is undefined for them.")

@@ -126,6 +126,37 @@ def test_bad_input_gives_clear_error(kornblith_xy, call, message):
         call(X, Y)
 
 
+@pytest.mark.parametrize("scale", [1e200, 1e-200])
+def test_values_near_float64s_limits_give_the_same_cka_not_nan(kornblith_xy, scale):
+    """CKA ignores scale, but X's squares overflowed to inf (a silent NaN) at 1e200 and underflowed to 0 (a false
+    'zero variance' error) at 1e-200. Each input is now taken times a power of two first, which changes no bit."""
+    X, Y = kornblith_xy
+    for debiased in (False, True):
+        assert C.linear_cka(X * scale, Y, debiased=debiased) == pytest.approx(C.linear_cka(X, Y, debiased=debiased), rel=1e-12)
+        assert C.rbf_cka(X * scale, Y, debiased=debiased) == pytest.approx(C.rbf_cka(X, Y, debiased=debiased), rel=1e-12)
+    K, L = C.gram_linear(X), C.gram_linear(Y)
+    assert C.cka(K * scale, L) == pytest.approx(C.cka(K, L), rel=1e-12)
+    assert C.unit_scaled(torch.from_numpy(X * 2.0 ** 40)).equal(C.unit_scaled(torch.from_numpy(X)))  # only exponents change
+
+
+def test_an_overflowing_gram_or_hsic_is_an_error_not_inf(kornblith_xy):
+    X, Y = kornblith_xy
+    with pytest.raises(ValueError, match="overflows float64"):
+        C.gram_linear(X * 1e160)
+    K, L = C.gram_linear(X * 1e100), C.gram_linear(Y * 1e100)  # finite Grams whose products are not
+    with pytest.raises(ValueError, match="too large for float64"):
+        C.hsic(K, L)
+    with pytest.raises(ValueError, match="too large for float64"):
+        C.hsic_unbiased(K, L)
+
+
+def test_complex_features_are_refused_not_silently_made_real(kornblith_xy):
+    X, Y = kornblith_xy
+    for complex_x in (X + 1j * X, torch.from_numpy(X + 1j * X)):
+        with pytest.raises(TypeError, match="complex values"):
+            C.linear_cka(complex_x, Y)
+
+
 def test_no_clamping_debiased_cka_can_leave_0_1():
     """Debiased CKA of small independent samples is sometimes negative: we report it, never clip."""
     rng = np.random.default_rng(4)

@@ -79,6 +79,8 @@ def test_disjoint_subsamples_are_disjoint_equal_and_seeded():
         disjoint_subsamples(30, 10)
     with pytest.raises(ValueError, match="at least 2"):
         disjoint_subsamples(100, 1)
+    with pytest.raises(ValueError, match="seed must be a whole number of 0 or more"):  # numpy's own words before
+        disjoint_subsamples(100, 2, seed=-1)
 
 
 def test_interval_shapes_and_errors():

@@ -145,6 +145,15 @@ def test_too_few_examples_are_refused():
         procrustes_distance(X[:1], X[:1])
 
 
+@pytest.mark.parametrize("scale", [1e200, 1e-200])
+def test_values_near_float64s_limits_give_the_same_numbers(scale):
+    """Procrustes gave 0.0 at 1e200 (its squares overflowed) and every measure a false 'zero variance' or 'zero
+    vector' error at 1e-200; each input is now taken times a power of two first (helpers.measures._unit_scaled)."""
+    Y = X @ A
+    assert every_measure(X * scale, Y) == pytest.approx(every_measure(X, Y), rel=1e-9)
+    assert rdm(X * scale) / scale == pytest.approx(rdm(X), rel=1e-6, abs=1e-6)  # distances keep the scale
+
+
 def test_other_bad_inputs_say_what_to_do():
     with pytest.raises(ValueError, match="2-D"):
         procrustes_distance(X[:, 0], X[:, 0])

@@ -55,6 +55,13 @@ def load_inputs(settings: Settings):
         raise ReportError(f"--batch-size {settings.batch_size}: give at least 4 images per batch (128-256 are typical).")
     if not 0 < settings.level < 1:
         raise ReportError(f"--level {settings.level}: give a coverage between 0 and 1, e.g. 0.9.")
+    if settings.seed < 0:  # numpy's generators take no negative seed: it would fail only after the CKA parts
+        raise ReportError(f"--seed {settings.seed}: give a whole number of 0 or more (the default is 0).")
+    if settings.threads < 0:
+        raise ReportError(f"--threads {settings.threads}: give 0 (auto) or a number of CPU threads, e.g. 2.")
+    if settings.attention_count < 1:  # checked here, not after every CKA part has run
+        raise ReportError(f"--attention-count {settings.attention_count}: attention distances need at least 1 image "
+                          "(the default is 256); to leave them out, use --attention none.")
     model_a, model_b = load_model(settings.model_a, "A", settings.weights_a), load_model(settings.model_b, "B", settings.weights_b)
     plan = attention_plan(settings, model_a, model_b)
     # under torchrun process 0 downloads and extracts the images alone, then the others read its folder
