@@ -201,6 +201,8 @@ def receptive_fields(model, images: torch.Tensor, layers="post", channels="sum",
                          f"{' ' + str(images.dtype) if isinstance(images, torch.Tensor) else ''}.")
     if not torch.isfinite(images).all():
         raise ValueError("images contain NaN or inf values: every gradient would be NaN. Check the preprocessing.")
+    if len(images) == 0:  # the mean over no images is NaN, which read as a broken model
+        raise ValueError("No images given: a receptive field needs at least one (the paper used 32).")
     if len(images) > max_images:
         raise ValueError(f"{len(images)} images given; receptive fields use at most {max_images} (the paper: 32). "
                          f"Pass images[:{max_images}], or raise max_images.")

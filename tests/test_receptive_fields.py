@@ -130,6 +130,8 @@ def test_bad_inputs_fail_clearly():
     vit = zoo.build("lite-vit").eval()
     with pytest.raises(ValueError, match="at most 32"):
         rf.receptive_fields(vit, torch.randn(33, 3, 32, 32))
+    with pytest.raises(ValueError, match="No images given"):  # was "NaN or inf ... check its weights"
+        rf.receptive_fields(vit, torch.randn(0, 3, 32, 32))
     with pytest.raises(ValueError, match="Did you mean"):
         rf.receptive_fields(vit, torch.randn(2, 3, 32, 32), ["blocks.1.nrom1"])
     with pytest.raises(ValueError, match="eval"):
