@@ -136,6 +136,29 @@ def test_the_command_line(tmp_path, capsys):
     assert "isolation: " in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("option, value, message", [
+    ("--seconds", "0", "seconds limit must be a positive, finite number"),   # every student timed out, graded 0
+    ("--seconds", "nan", "seconds limit must be a positive, finite number"),  # was a traceback
+    ("--memory-mb", "0", "memory_mb limit must be a positive, finite number"),
+    ("--workers", "0", "--workers 0: give between 1 and"),                     # was a traceback
+    ("--out", "FILE", "is a file: give a folder"),                            # was FileExistsError
+])
+def test_the_command_line_refuses_bad_settings_before_grading(option, value, message, tmp_path, capsys):
+    nbformat.write(subs.solved("03_cka"), tmp_path / "dana.ipynb")
+    (tmp_path / "FILE").write_text("")
+    out = str(tmp_path / "FILE") if value == "FILE" else str(tmp_path / "out")
+    argv = [str(tmp_path / "dana.ipynb"), "--out", out] + ([] if option == "--out" else [option, value])
+    assert grade.main(argv) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and "isolation" not in captured.out  # stopped before the sandbox was probed
+    assert not (tmp_path / "out").exists()
+
+
+def test_limits_of_zero_are_refused():
+    with pytest.raises(ValueError, match="cpu_seconds limit"):
+        grade_sandbox.Limits(cpu_seconds=0)
+
+
 def test_cells_sent_to_the_sandbox():
     """The last cell defining each exercise function, cells of definitions only (magics commented out), nothing else."""
     code = nbformat.v4.new_code_cell

@@ -19,6 +19,7 @@ import argparse
 import ast
 import csv
 import json
+import math
 import re
 import secrets
 import shutil
@@ -460,7 +461,17 @@ def main(argv=None) -> int:
     parser.add_argument("--isolation", default="auto", choices=["auto", *sandbox.LEVELS],
                         help="sandbox level (default: the strongest that works here)")
     args = parser.parse_args(argv)
-    limits = sandbox.Limits(seconds=args.seconds, cpu_seconds=int(args.seconds), memory_mb=args.memory_mb)
+    try:  # bad numbers and a bad --out stop here, before any submission runs
+        sensible = math.isfinite(args.seconds) and args.seconds > 0  # else Limits says what is wrong
+        limits = sandbox.Limits(seconds=args.seconds, cpu_seconds=math.ceil(args.seconds) if sensible else args.seconds,
+                                memory_mb=args.memory_mb)
+        if not 1 <= args.workers <= sandbox.MAX_WORKERS:
+            raise ValueError(f"--workers {args.workers}: give between 1 and {sandbox.MAX_WORKERS} (the default is 2).")
+        if Path(args.out).exists() and not Path(args.out).is_dir():
+            raise ValueError(f"--out {args.out} is a file: give a folder for grades.csv and feedback/.")
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     level = sandbox.probe() if args.isolation == "auto" else args.isolation
     print(f"isolation: {level} ({sandbox.LEVELS[level]}); {sandbox.container_runtime()}")
     started = time.monotonic()

@@ -52,6 +52,12 @@ class Limits:
     processes: int = 64     # tasks (processes and threads) of the sandbox's user
     file_mb: int = 64
 
+    def __post_init__(self):
+        for name, value in asdict(self).items():  # a limit of 0 (or NaN) would fail every student, silently
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+                raise ValueError(f"the {name} limit must be a positive, finite number, got {value!r} (at 0 every "
+                                 "submission fails; with no limit an endless loop never stops).")
+
 
 @dataclass
 class Outcome:
