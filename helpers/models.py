@@ -328,6 +328,8 @@ def _from_file(name: str, path: Path, **kwargs) -> torch.nn.Module:
     """
     import timm
 
+    if path.is_dir():
+        raise FileNotFoundError(f"{path} is a folder, not a weights file: give the .safetensors (or torch.save) file in it.")
     if not path.is_file():
         raise FileNotFoundError(f"Weights file {path} does not exist.")
     saved = _saved_name(path)

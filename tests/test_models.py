@@ -118,6 +118,8 @@ def test_bad_weight_files_are_refused(tmp_path):
         models.load("test_vit", weights=pickled)
     with pytest.raises(FileNotFoundError):
         models.load("test_vit", weights=tmp_path / "missing.safetensors")
+    with pytest.raises(FileNotFoundError, match="is a folder, not a weights file"):  # was "does not exist"
+        models.load("test_vit", weights=tmp_path)
 
 
 def test_offline_pretrained_request_fails_fast_with_advice(monkeypatch):
