@@ -100,6 +100,9 @@ def _check_blocks(blocks, available: int) -> int:
 
 def patch_distances(grid: int, patch_size: int) -> torch.Tensor:
     """(grid*grid, grid*grid) distances in pixels between patch centres, row-major patch order."""
+    if not grid >= 1 or not patch_size > 0:  # 0 px patches gave every head a distance of 0, a 0 grid gave NaN
+        raise ValueError(f"grid={grid}, patch_size={patch_size}: give the patch grid's side (at least 1) and the patch "
+                         "size in pixels (model.patch_embed.patch_size, e.g. 16).")
     rc = torch.stack(torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij"), -1).reshape(-1, 2)
     return torch.cdist(rc.double(), rc.double()) * patch_size
 

@@ -52,6 +52,15 @@ def test_mean_attention_distance_known_cases():
     assert attention.uniform_attention_distance(8, 4) == pytest.approx(16.55, abs=0.01)
 
 
+def test_a_patch_size_or_grid_of_zero_is_refused():
+    """A patch size of 0 px gave every head a mean distance of 0 (a 'local' head), a grid of 0 a NaN reference."""
+    uniform = torch.full((1, 1, 16, 16), 1 / 16)
+    with pytest.raises(ValueError, match="patch size in pixels"):
+        attention.mean_attention_distance(uniform, 0, 0)
+    with pytest.raises(ValueError, match="patch grid's side"):
+        attention.uniform_attention_distance(0, 4)
+
+
 def test_models_without_attention_are_refused():
     with pytest.raises(ValueError, match="timm ViTs"):
         attention.attention_maps(zoo.build("lite-resnet"), torch.randn(1, 3, 32, 32))
