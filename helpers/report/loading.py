@@ -24,9 +24,17 @@ def load_images(settings: Settings):
     if settings.count is not None and settings.count < 4:
         raise ReportError(f"--count {settings.count}: CKA needs at least 4 images (use 500+ for stable values).")
     try:
-        return image_set(settings.images, count=settings.count)
+        images = image_set(settings.images, count=settings.count)
     except (ValueError, FileNotFoundError, RuntimeError, TypeError, PermissionError) as error:
         raise ReportError(f"--images {settings.images}: {error}") from None
+    classes = None if images.labels is None else len(set(images.labels))
+    if classes is not None and not 2 <= classes < len(images):  # else found only when the label CKA divides by 0
+        which = "are all of one class" if classes < 2 else "are each of a different class"
+        raise ReportError(f"--images {settings.images}: the {len(images)} images {which}, so their CKA with the class "
+                          "labels (whether two images share a class) is undefined. Give more images (--count 20 or more), "
+                          "or a folder with at least two class subfolders (images straight in the folder, with no "
+                          "subfolders, have no labels).")
+    return images
 
 
 def has_attention(model) -> bool:
