@@ -211,7 +211,8 @@ def head_groups_cka(vit, cnn, images: ImageSet, head_groups: dict, cnn_layers, b
 def class_indices(images: ImageSet) -> torch.Tensor:
     """images.labels as class indices 0..K-1, (N,) int64; labels may be ints or strings (class names).
 
-    Refuses what cannot give a right answer: no labels, one label per image missing, one class only.
+    Refuses what cannot give a right answer: no labels, one label per image missing, one class only, or
+    every image of a class of its own.
     """
     if images.labels is None:
         raise ValueError(f"The image set '{images.name}' has no class labels. Use 'shapes', 'cifar10', 'imagenette' "
@@ -224,6 +225,9 @@ def class_indices(images: ImageSet) -> torch.Tensor:
     if len(classes) < 2:
         raise ValueError(f"All {len(images)} images have the same label ({classes[0]!r}): CKA with the class labels "
                          "needs at least two classes. Use more images or a source with several classes.")
+    if len(classes) == len(labels):  # the labels' Gram then says only "an image is its own class": no variance
+        raise ValueError(f"Each of the {len(images)} images has a class of its own: CKA with the class labels needs "
+                         "some images that share a class. Use more images (20 or more).")
     return torch.as_tensor(indices.reshape(-1), dtype=torch.int64)
 
 

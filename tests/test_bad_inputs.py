@@ -289,6 +289,8 @@ def test_class_labels_as_strings_or_too_few(vit, images):
         label_cka(vit, ImageSet("short", len(images), images.get, images.labels[:10], images.tensor))
     with pytest.raises(ValueError, match="at least two classes"):
         label_cka(vit, ImageSet("one", len(images), images.get, [0] * len(images), images.tensor))
+    with pytest.raises(ValueError, match="a class of its own"):  # was "Layer(s) ['class labels'] have zero variance"
+        label_cka(vit, ImageSet("each", len(images), images.get, list(range(len(images))), images.tensor))
 
 
 def test_a_policy_that_fits_model_a_but_not_model_b_is_named(vit, resnet, images):

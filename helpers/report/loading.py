@@ -27,13 +27,14 @@ def load_images(settings: Settings):
         images = image_set(settings.images, count=settings.count)
     except (ValueError, FileNotFoundError, RuntimeError, TypeError, PermissionError) as error:
         raise ReportError(f"--images {settings.images}: {error}") from None
-    classes = None if images.labels is None else len(set(images.labels))
-    if classes is not None and not 2 <= classes < len(images):  # else found only when the label CKA divides by 0
-        which = "are all of one class" if classes < 2 else "are each of a different class"
-        raise ReportError(f"--images {settings.images}: the {len(images)} images {which}, so their CKA with the class "
-                          "labels (whether two images share a class) is undefined. Give more images (--count 20 or more), "
-                          "or a folder with at least two class subfolders (images straight in the folder, with no "
-                          "subfolders, have no labels).")
+    if images.labels is not None:  # labels that cannot give a label CKA: found here, not when it divides by 0
+        from helpers.compare import class_indices
+
+        try:
+            class_indices(images)
+        except ValueError as error:
+            raise ReportError(f"--images {settings.images}: {error} Or give a folder with at least two class "
+                              "subfolders (images straight in the folder, with no subfolders, have no labels).") from None
     return images
 
 
