@@ -310,6 +310,9 @@ def _floor(draws, seeds, alike: bool) -> tuple:
     seeds = list(seeds) if seeds is not None else []
     if len(seeds) != len(draws):
         raise ValueError(f"{len(seeds)} floor seeds for {len(draws)} draws: record the seed of every draw (floor_seeds=).")
+    if len(set(seeds)) != len(seeds):  # one seed twice is one draw counted twice
+        raise ValueError(f"floor seeds {seeds} repeat a seed: the same seed builds the same untrained model, so the "
+                         f"floor needs {FLOOR_MIN} different ones (helpers.floors.FLOOR_SEEDS).")
     return draws, seeds
 
 

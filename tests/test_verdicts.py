@@ -90,6 +90,8 @@ def test_the_floor_needs_five_recorded_draws():
         judge("F1.1", effects=[0.3, 0.32], floor_draws=[0.1])
     with pytest.raises(ValueError, match="seed of every draw"):
         judge("F1.1", effects=[0.3, 0.32], floor_draws=DRAWS)
+    with pytest.raises(ValueError, match="repeat a seed"):  # five copies of one draw were counted as five draws
+        judge("F1.1", effects=[0.3, 0.32], floor_draws=DRAWS, floor_seeds=[0] * len(DRAWS))
     v = judge("F1.1", effects=[0.30, 0.32], floor_draws=DRAWS, floor_seeds=SEEDS)
     assert v.floor == max(DRAWS) and v.floor_seeds == SEEDS and v.tag == "" and v.learned == [True, True]
 
