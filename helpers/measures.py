@@ -87,11 +87,16 @@ def _pair(X, Y, min_examples: int = 2):
     return _unit_scaled(X), _unit_scaled(Y)
 
 
-def _unit_scaled(A: np.ndarray) -> np.ndarray:
-    """A times the power of two that brings its largest |value| into [0.5, 1): the same bits for a scale-invariant
-    measure, and no overflow to inf (or underflow to 0) in the squares of values near float64's limits."""
+def _exponent(A: np.ndarray) -> int:
+    """The power of two of A's largest |value| (0 for a zero matrix): A / 2**e has its largest value in [0.5, 1)."""
     largest = np.abs(A).max()
-    return A if largest == 0 else np.ldexp(A, -np.frexp(largest)[1])
+    return 0 if largest == 0 else int(np.frexp(largest)[1])
+
+
+def _unit_scaled(A: np.ndarray) -> np.ndarray:
+    """A / 2**_exponent(A): the same bits for a scale-invariant measure (only exponents change), and no overflow to
+    inf (or underflow to 0) in the squares of values near float64's limits."""
+    return np.ldexp(A, -_exponent(A))
 
 
 def _unit_shape(A: np.ndarray, name: str) -> np.ndarray:
@@ -141,8 +146,7 @@ def rdm(X, dissimilarity: str = "euclidean") -> np.ndarray:
     'euclidean': ||x_i - x_j||;  'correlation': 1 - Pearson correlation of x_i and x_j over features.
     """
     X = _features(X, "X", 3)
-    largest = np.abs(X).max()
-    shift = 0 if largest == 0 else int(np.frexp(largest)[1])  # distances of X / 2**shift, times 2**shift: the same bits
+    shift = _exponent(X)  # the distances of X / 2**shift, times 2**shift: the same bits, and no overflow
     X = np.ldexp(X, -shift)
     if dissimilarity == "euclidean":
         squared = (X * X).sum(1)
