@@ -22,6 +22,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from helpers.guards import check_int
+
 LAMBDAS = tuple(10.0 ** k for k in range(-5, 4))  # relative to mean(s^2): 1e-5 ... 1e3
 
 
@@ -172,9 +174,8 @@ def few_shot_split(labels, shots: int | None, val_per_class: int, seed: int) -> 
     labels: (n,) integer labels of the pool. shots: training images per class (None: every image
     not used for validation, i.e. many-shot). val_per_class: held-out images per class for lambda.
     """
-    if shots is not None and (isinstance(shots, bool) or not isinstance(shots, (int, np.integer)) or shots < 1):
-        raise ValueError(f"shots must be a whole number of at least 1 (training images per class), or None for every "
-                         f"pool image not held out for validation; got {shots!r}.")  # 0 used to mean None
+    if shots is not None:  # 0 used to mean None
+        check_int(shots, "shots", 1, "Give training images per class, or None for every pool image not held out.")
     labels = np.asarray(labels)
     rng = np.random.default_rng(seed)
     train, val = [], []
@@ -235,8 +236,7 @@ def few_shot_correct(pool_X, pool_y, test_X, test_y, shots: int | None = 10, rep
 
 def _over_draws(probe, key: str, pool_X, pool_y, test_X, test_y, shots, repeats, val_per_class, lambdas, seed):
     """probe(...)[key] for each of `repeats` draws of the shots (seeds seed, seed + 1, ...), stacked."""
-    if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or repeats < 1:
-        raise ValueError(f"repeats must be a whole number of at least 1 (draws of the shots), got {repeats!r}.")
+    check_int(repeats, "repeats", 1, "Give how many draws of the shots to average over, e.g. 5.")
     pool_y = np.asarray(pool_y)
     if len(pool_y) != (pool_X.shape[0]):
         raise ValueError(f"pool_X has {pool_X.shape[0]} rows but pool_y {len(pool_y)} labels.")

@@ -140,7 +140,7 @@ def test_the_command_line(tmp_path, capsys):
     ("--seconds", "0", "seconds limit must be a positive, finite number"),   # every student timed out, graded 0
     ("--seconds", "nan", "seconds limit must be a positive, finite number"),  # was a traceback
     ("--memory-mb", "0", "memory_mb limit must be a positive, finite number"),
-    ("--workers", "0", "--workers 0: give between 1 and"),                     # was a traceback
+    ("--workers", "0", "workers must be between 1 and"),                      # was a traceback
     ("--out", "FILE", "is a file: give a folder"),                            # was FileExistsError
 ])
 def test_the_command_line_refuses_bad_settings_before_grading(option, value, message, tmp_path, capsys):

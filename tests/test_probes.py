@@ -80,9 +80,9 @@ def test_bad_inputs_fail_clearly():
         probes.ridge_probe(X[:5], np.zeros(5, int), X, y, X, y)
     with pytest.raises(ValueError, match="positive"):
         probes.ridge_probe(X, y, X, y, X, y, lambdas=[0.0])
-    with pytest.raises(ValueError, match="shots must be a whole number of at least 1"):  # 0 silently meant many-shot
+    with pytest.raises(ValueError, match="shots must be at least 1"):  # 0 silently meant many-shot
         probes.few_shot_accuracy(X, y, X, y, shots=0)
-    with pytest.raises(ValueError, match="repeats must be a whole number of at least 1"):  # numpy's "need at least one array"
+    with pytest.raises(ValueError, match="repeats must be at least 1"):  # numpy's "need at least one array"
         probes.few_shot_correct(X, y, X, y, shots=2, repeats=0)
 
 

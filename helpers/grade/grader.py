@@ -379,14 +379,19 @@ def find_submissions(paths) -> list:
     return named
 
 
+def check_workers(workers: int) -> None:
+    """Submissions graded at once: 1 to sandbox.MAX_WORKERS (each has its own sandbox user id)."""
+    if not 1 <= workers <= sandbox.MAX_WORKERS:
+        raise ValueError(f"workers must be between 1 and {sandbox.MAX_WORKERS}, got {workers} (the default is 2).")
+
+
 def grade_class(paths, out_dir, course_dir=COURSE_DIR, limits=None, workers: int = 2, progress: bool = True,
                 isolation: str = "auto") -> list:
     """Grade every submission in `paths`; write grades.csv and feedback/; return the Results in input order.
 
     isolation: "auto" (the strongest that works here, sandbox.probe()) or a level to force."""
     limits = limits or sandbox.Limits()
-    if not 1 <= workers <= sandbox.MAX_WORKERS:
-        raise ValueError(f"workers must be between 1 and {sandbox.MAX_WORKERS}, got {workers}.")
+    check_workers(workers)
     out_dir = Path(out_dir)
     course = course_notebooks(course_dir)
     submissions = find_submissions(paths)
@@ -462,11 +467,9 @@ def main(argv=None) -> int:
                         help="sandbox level (default: the strongest that works here)")
     args = parser.parse_args(argv)
     try:  # bad numbers and a bad --out stop here, before any submission runs
-        sensible = math.isfinite(args.seconds) and args.seconds > 0  # else Limits says what is wrong
-        limits = sandbox.Limits(seconds=args.seconds, cpu_seconds=math.ceil(args.seconds) if sensible else args.seconds,
-                                memory_mb=args.memory_mb)
-        if not 1 <= args.workers <= sandbox.MAX_WORKERS:
-            raise ValueError(f"--workers {args.workers}: give between 1 and {sandbox.MAX_WORKERS} (the default is 2).")
+        limits = sandbox.Limits(seconds=args.seconds, memory_mb=args.memory_mb)  # checks every limit
+        limits.cpu_seconds = math.ceil(limits.seconds)  # the CPU limit follows the wall clock (0.5 s: 1, not 0)
+        check_workers(args.workers)
         if Path(args.out).exists() and not Path(args.out).is_dir():
             raise ValueError(f"--out {args.out} is a file: give a folder for grades.csv and feedback/.")
     except ValueError as error:

@@ -16,6 +16,7 @@ RLIMIT_CPU, RLIMIT_NPROC (processes) and RLIMIT_FSIZE (file size) set before the
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -54,7 +55,7 @@ class Limits:
 
     def __post_init__(self):
         for name, value in asdict(self).items():  # a limit of 0 (or NaN) would fail every student, silently
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"the {name} limit must be a positive, finite number, got {value!r} (at 0 every "
                                  "submission fails; with no limit an endless loop never stops).")
 
