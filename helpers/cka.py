@@ -23,14 +23,31 @@ def as_float64_tensor(A, what: str = "features") -> torch.Tensor:
     """Convert a numpy array or torch tensor to a float64 torch tensor on the same device."""
     if isinstance(A, torch.Tensor):
         if A.is_complex():
-            raise TypeError(f"{what} holds complex values; CKA compares real features. Pass {what}.real or {what}.abs().")
+            raise TypeError(f"{what} holds complex values; CKA and the other measures compare real features. Pass {what}.real or {what}.abs().")
         return A.detach().to(torch.float64)
     if isinstance(A, np.ndarray) or np.isscalar(A) or isinstance(A, (list, tuple)):
+        refuse_masked(A, what)
         A = np.asarray(A)
         if np.iscomplexobj(A):  # float64 would drop the imaginary parts with only a warning
-            raise TypeError(f"{what} holds complex values; CKA compares real features. Pass {what}.real or abs({what}).")
+            raise TypeError(f"{what} holds complex values; CKA and the other measures compare real features. Pass {what}.real or abs({what}).")
         return torch.as_tensor(A.astype(np.float64))
     raise TypeError(f"{what} must be a numpy array or a torch tensor, got {type(A).__name__}.")
+
+
+def refuse_masked(A, what: str) -> None:
+    """A numpy masked array with hidden entries would be used as if nothing were hidden: refuse it."""
+    hidden = int(np.ma.getmaskarray(A).sum()) if np.ma.isMaskedArray(A) else 0
+    if hidden:
+        raise ValueError(f"{what} is a masked array with {hidden} masked value(s); the values under the mask would be "
+                         f"used as if they were data. Drop the examples (rows) that hold them, or fill them first "
+                         f"({what}.filled(...)).")
+
+
+def check_flag(value, name: str) -> bool:
+    """A True/False option: a string such as 'no' would count as True, so only real booleans pass."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r} of type {type(value).__name__}.")
+    return bool(value)
 
 
 def unit_scaled(A: torch.Tensor) -> torch.Tensor:
@@ -63,6 +80,9 @@ def check_features(X, name: str = "X") -> torch.Tensor:
         )
     if X.shape[0] < 2:
         raise ValueError(f"{name} has {X.shape[0]} example(s); similarity needs at least 2 (use 4+ for unbiased HSIC).")
+    if X.shape[1] == 0:
+        raise ValueError(f"{name} has 0 features per example (shape {tuple(X.shape)}): there is nothing to compare. "
+                         "Check the layer's output, or the slice that made it.")
     if not torch.isfinite(X).all():
         bad = int((~torch.isfinite(X)).sum())
         raise ValueError(f"{name} contains {bad} NaN or inf value(s). Check the layer's output (or the input images) before computing CKA.")
@@ -74,8 +94,18 @@ def check_gram(K, name: str = "K") -> torch.Tensor:
     K = as_float64_tensor(K, name)
     if K.ndim != 2 or K.shape[0] != K.shape[1]:
         raise ValueError(f"{name} must be a square (n, n) Gram matrix, got shape {tuple(K.shape)}. Did you pass features? Use gram_linear({name}) first.")
+    if K.shape[0] < 2:
+        raise ValueError(f"{name} holds {K.shape[0]} example(s); HSIC and CKA need at least 2 (4+ for unbiased HSIC).")
     if not torch.isfinite(K).all():
         raise ValueError(f"{name} contains NaN or inf values. Check the features it was made from.")
+    scale = K.abs().max()
+    if (K - K.T).abs().max() > 1e-4 * scale:  # far above float32 rounding: not a Gram at all
+        raise ValueError(f"{name} is not symmetric, so it is not a Gram matrix (K[i, j] = <x_i, x_j> = K[j, i]). Did you "
+                         f"pass a cross product X @ Y.T, or features with as many columns as rows? Build each Gram from "
+                         f"one representation: gram_linear(X) and gram_linear(Y).")
+    if torch.diagonal(K).min() < -1e-8 * scale:  # a Gram's diagonal holds squared lengths
+        raise ValueError(f"{name} has negative values on its diagonal, so it is not a Gram matrix (K[i, i] = |x_i|^2 "
+                         ">= 0). Did you pass a distance or a negated kernel?")
     return K
 
 
@@ -86,6 +116,13 @@ def check_same_examples(A, B, names=("K", "L")) -> None:
             f"{names[0]} has {A.shape[0]} examples but {names[1]} has {B.shape[0]}. CKA compares two "
             "representations of the SAME examples in the same order: pass matching rows."
         )
+
+
+def check_more_than_two(n: int) -> None:
+    """CKA of 2 examples is always 1: centring leaves each representation one direction (x_1 - x_2), so any two agree."""
+    if n < 3:
+        raise ValueError(f"CKA of {n} examples is always 1 (after centring, any two representations of 2 examples agree), "
+                         "so it says nothing. Use at least 3 examples (4+ for unbiased HSIC; hundreds for a useful value).")
 
 
 def check_enough_for_unbiased(n: int) -> None:
@@ -130,8 +167,10 @@ def gram_rbf(X, threshold: float = 1.0):
     n x n matrix of squared distances, zero diagonal included, as in Kornblith's demo.
     """
     Xt = unit_scaled(check_features(X, "X"))  # the bandwidth follows the scale, so K does not change
-    if threshold <= 0:
-        raise ValueError(f"threshold must be positive (a fraction of the median distance), got {threshold}.")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.integer, np.floating)):
+        raise TypeError(f"threshold must be a number (a fraction of the median distance, e.g. 0.5), got {threshold!r}.")
+    if not (0 < threshold < float("inf")):  # NaN fails too: NaN gave a Gram of NaN, inf one of all ones
+        raise ValueError(f"threshold must be positive and finite (a fraction of the median distance), got {threshold}.")
     dot = Xt @ Xt.T
     sq_norms = torch.diagonal(dot)
     sq_distances = (sq_norms[:, None] + sq_norms[None, :] - 2 * dot).clamp_min(0)  # rounding can dip below 0
@@ -233,8 +272,10 @@ def cka(K, L, debiased: bool = False):
                     needs n >= 4. It is a ratio of unbiased estimators, so still slightly biased.
     Returns a float; 1 means the two representations are equal up to rotation and scale.
     """
+    debiased = check_flag(debiased, "debiased")
     Kt, Lt = unit_scaled(check_gram(K, "K")), unit_scaled(check_gram(L, "L"))  # CKA ignores scale
     check_same_examples(Kt, Lt)
+    check_more_than_two(Kt.shape[0])
     Kc = center_gram(Kt, unbiased=debiased)
     Lc = center_gram(Lt, unbiased=debiased)
     return _normalise((Kc * Lc).sum(), (Kc * Kc).sum(), (Lc * Lc).sum())
@@ -248,8 +289,10 @@ def linear_cka(X, Y, debiased: bool = False):
     cheaper than Grams when p < n. Equals cka(gram_linear(X), gram_linear(Y), debiased).
     When either input has more features than examples, the Gram form is cheaper and is used.
     """
+    debiased = check_flag(debiased, "debiased")
     Xt, Yt = unit_scaled(check_features(X, "X")), unit_scaled(check_features(Y, "Y"))  # CKA ignores scale
     check_same_examples(Xt, Yt, ("X", "Y"))
+    check_more_than_two(Xt.shape[0])
     if max(Xt.shape[1], Yt.shape[1]) > Xt.shape[0]:
         return cka(Xt @ Xt.T, Yt @ Yt.T, debiased=debiased)
     Xc = Xt - Xt.mean(0, keepdim=True)

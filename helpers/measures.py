@@ -63,16 +63,19 @@ MEASURES = ("linear CKA", "Procrustes", "RSA", "mutual k-NN")  # names as the no
 
 def _features(A, name: str, min_examples: int = 2) -> np.ndarray:
     """A (n, p) float64 numpy array with a clear error for wrong shapes, NaN, or too few examples."""
-    if isinstance(A, torch.Tensor):
-        A = A.detach().cpu().numpy()
-    if not isinstance(A, (np.ndarray, list, tuple)):
+    from helpers.cka import as_float64_tensor
+
+    if not isinstance(A, (torch.Tensor, np.ndarray, list, tuple)):
         raise TypeError(f"{name} must be a numpy array or a torch tensor, got {type(A).__name__}.")
-    A = np.asarray(A, dtype=np.float64)
+    A = as_float64_tensor(A, name).cpu().numpy()  # refuses complex values and masked entries; takes float16, bfloat16
     if A.ndim != 2:
         raise ValueError(f"{name} must be 2-D (examples x features), got shape {A.shape}. "
                          f"Flatten each example first, e.g. {name}.reshape(len({name}), -1).")
     if A.shape[0] < min_examples:
         raise ValueError(f"{name} has {A.shape[0]} example(s); this measure needs at least {min_examples}. Use more examples.")
+    if A.shape[1] == 0:
+        raise ValueError(f"{name} has 0 features per example (shape {A.shape}): there is nothing to compare. "
+                         "Check the layer's output, or the slice that made it.")
     if not np.isfinite(A).all():
         raise ValueError(f"{name} contains {int((~np.isfinite(A)).sum())} NaN or inf value(s). Check the layer's output first.")
     return A
@@ -122,7 +125,7 @@ def _narrow(A: np.ndarray) -> np.ndarray:
 
 def procrustes_similarity(X, Y) -> float:
     """||X̃ᵀ Ỹ||_*, the nuclear norm of the centred, unit-norm cross-covariance: X (n, p1), Y (n, p2) -> [0, 1]."""
-    X, Y = _pair(X, Y)
+    X, Y = _pair(X, Y, 3)  # of 2 examples, any two centred shapes are one line: the similarity is always 1
     value = np.linalg.svd(_narrow(_unit_shape(X, "X")).T @ _narrow(_unit_shape(Y, "Y")), compute_uv=False).sum()
     return float(min(value, 1.0))  # rounding can leave it a hair above 1
 
@@ -198,6 +201,21 @@ def rsa(X, Y, dissimilarity: str = "euclidean") -> float:
 # --------------------------------------------------------------------------- mutual k-nearest neighbours
 
 
+def _check_k(k) -> None:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k must be a whole number >= 1, got {k!r}.")
+
+
+def _refuse_all_tied(cosine: np.ndarray, name: str) -> None:
+    """Every pair of examples equally similar (all rows point one way): which k are 'nearest' is then only the
+    order of the rows, not the representation."""
+    off = cosine[~np.eye(len(cosine), dtype=bool)]
+    if off.max() - off.min() <= 1e-12:
+        raise ValueError(f"in {name} every pair of examples has the same cosine similarity (every row points the same way), "
+                         "so nearest neighbours are undefined. Check the layer (it may not depend on the input), or use a "
+                         "measure without neighbours.")
+
+
 def nearest_neighbours(X, k: int) -> np.ndarray:
     """The k nearest neighbours of each example by cosine similarity, itself left out: X (n, p) -> (n, k) indices."""
     X = _unit_scaled(_features(X, "X", k + 2))  # norms of values near float64's limits would overflow
@@ -206,6 +224,7 @@ def nearest_neighbours(X, k: int) -> np.ndarray:
         raise ValueError(f"{int((norms == 0).sum())} example(s) are the zero vector: cosine similarity is undefined for them.")
     unit = X / norms
     similarity = unit @ unit.T
+    _refuse_all_tied(similarity, "X")
     np.fill_diagonal(similarity, -np.inf)  # an example is not its own neighbour
     return np.argsort(-similarity, axis=1, kind="stable")[:, :k]
 
@@ -215,8 +234,7 @@ def mutual_knn(X, Y, k: int = 10) -> float:
 
     Needs n >= k + 2 (so that chance, k / (n - 1), is below 1).
     """
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"k must be a whole number >= 1, got {k!r}.")
+    _check_k(k)
     X, Y = _pair(X, Y, k + 2)
     nx, ny = nearest_neighbours(X, k), nearest_neighbours(Y, k)
     shared = [len(np.intersect1d(a, b)) for a, b in zip(nx, ny)]
@@ -276,6 +294,7 @@ def knn_matrix(K: np.ndarray, k: int) -> np.ndarray:
         raise ValueError(f"{int((diagonal <= 0).sum())} example(s) are the zero vector: cosine neighbours are undefined. "
                          "Check the layer, or use a measure without neighbours.")
     cosine = K / np.sqrt(diagonal[:, None] * diagonal[None, :])
+    _refuse_all_tied(cosine, "the representation")
     np.fill_diagonal(cosine, -np.inf)  # an example is not its own neighbour
     neighbours = np.zeros((n, n), dtype=bool)
     np.put_along_axis(neighbours, np.argsort(-cosine, axis=1, kind="stable")[:, :k], True, axis=1)
@@ -290,6 +309,7 @@ def prepare_gram(K, k: int = 10) -> dict:
     """
     from helpers.cka import center_gram
 
+    _check_k(k)
     if isinstance(K, torch.Tensor):
         K = K.detach().cpu().numpy()
     K = np.asarray(K, dtype=np.float64)

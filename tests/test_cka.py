@@ -119,6 +119,15 @@ def test_numpy_and_torch_give_the_same_answers(kornblith_xy):
     (lambda X, Y: C.linear_cka(np.ones_like(X), Y), "zero variance"),
     (lambda X, Y: C.linear_cka(X.reshape(100, 2, 5), Y), "2-D"),
     (lambda X, Y: C.cka(X, Y), "square"),
+    (lambda X, Y: C.cka(X[:10] @ Y[:10].T, C.gram_linear(Y[:10])), "not symmetric"),  # a cross product, not a Gram
+    (lambda X, Y: C.cka(-C.gram_linear(X), C.gram_linear(Y)), "negative values on its diagonal"),
+    (lambda X, Y: C.hsic(np.ones((1, 1)), np.ones((1, 1))), "at least 2"),  # was 'too large for float64'
+    (lambda X, Y: C.linear_cka(X[:2], Y[:2]), "always 1"),  # was 1.0000000000000002 whatever X and Y
+    (lambda X, Y: C.cka(C.gram_linear(X[:2]), C.gram_linear(Y[:2])), "always 1"),
+    (lambda X, Y: C.linear_cka(X[:, :0], Y), "0 features per example"),
+    (lambda X, Y: C.linear_cka(np.ma.masked_array(X, mask=X > 2), Y), "masked array"),
+    (lambda X, Y: C.gram_rbf(X, float("nan")), "positive and finite"),  # was a Gram of NaN
+    (lambda X, Y: C.gram_rbf(X, float("inf")), "positive and finite"),  # was a Gram of ones
 ])
 def test_bad_input_gives_clear_error(kornblith_xy, call, message):
     X, Y = kornblith_xy
@@ -162,3 +171,21 @@ def test_no_clamping_debiased_cka_can_leave_0_1():
     rng = np.random.default_rng(4)
     values = [C.linear_cka(rng.normal(size=(8, 3)), rng.normal(size=(8, 3)), debiased=True) for _ in range(50)]
     assert min(values) < 0
+
+
+def test_options_that_must_be_true_or_false_refuse_strings(kornblith_xy):
+    """debiased='no' is a non-empty string, so it used to count as True and gave debiased CKA."""
+    X, Y = kornblith_xy
+    with pytest.raises(TypeError, match="debiased must be True or False"):
+        C.linear_cka(X, Y, debiased="no")
+    with pytest.raises(TypeError, match="debiased must be True or False"):
+        C.cka(C.gram_linear(X), C.gram_linear(Y), debiased=0)
+    assert C.linear_cka(X, Y, debiased=np.bool_(True)) == C.linear_cka(X, Y, debiased=True)
+    with pytest.raises(TypeError, match="threshold must be a number"):
+        C.gram_rbf(X, "0.5")
+
+
+def test_a_float32_gram_passes_the_symmetry_check():
+    """float32 products can differ from their transposes in the last bits: that is rounding, not a wrong input."""
+    A, B = torch.randn(300, 4000), torch.randn(300, 900)
+    assert 0 < C.cka(A @ A.T, B @ B.T) < 1

@@ -141,8 +141,8 @@ def test_too_few_examples_are_refused():
         rsa(X[:2], X[:2])
     with pytest.raises(ValueError, match="at least 12"):
         mutual_knn(X[:11], X[:11], k=10)
-    with pytest.raises(ValueError, match="at least 2"):
-        procrustes_distance(X[:1], X[:1])
+    with pytest.raises(ValueError, match="at least 3"):  # of 2 examples any two centred shapes agree: always 1
+        procrustes_distance(X[:2], X[:2] ** 3)
 
 
 @pytest.mark.parametrize("scale", [1e200, 1e-200])
@@ -199,3 +199,28 @@ def test_procrustes_with_more_features_than_examples_equals_the_direct_nuclear_n
 
     assert procrustes_similarity(X, Y) == pytest.approx(direct(X, Y), abs=1e-12)          # both wide
     assert procrustes_similarity(X, Y[:, :5]) == pytest.approx(direct(X, Y[:, :5]), abs=1e-12)  # one wide, one narrow
+
+
+def test_bad_input_the_measures_used_to_take_silently_or_with_a_raw_error():
+    """A masked array's hidden values were used as data; complex values lost their imaginary part with only a warning;
+    bfloat16 tensors and zero-width features gave numpy's errors; k = 0 in prepare_gram divided by zero later; and
+    rows that all point one way gave a mutual k-NN decided by the order of the rows."""
+    masked = np.ma.masked_array(X, mask=np.zeros_like(X, dtype=bool))
+    assert procrustes_distance(masked, X ** 3) == procrustes_distance(X, X ** 3)  # nothing hidden: accepted
+    masked.mask[0, 0] = True
+    for measure in (procrustes_distance, rsa, mutual_knn):
+        with pytest.raises(ValueError, match="masked array with 1 masked value"):
+            measure(masked, X)
+        with pytest.raises(TypeError, match="complex values"):
+            measure(X + 1j, X)
+        with pytest.raises(ValueError, match="0 features per example"):
+            measure(X[:, :0], X)
+    as_bf16 = torch.from_numpy(X).to(torch.bfloat16)
+    assert procrustes_distance(as_bf16, X) == pytest.approx(procrustes_distance(as_bf16.double().numpy(), X), abs=1e-12)
+    with pytest.raises(ValueError, match="k must be a whole number"):
+        prepare_gram(X @ X.T, k=0)
+    same_direction = np.outer(np.arange(1.0, len(X) + 1), X[0])  # every row a positive multiple of one row
+    with pytest.raises(ValueError, match="same cosine similarity"):
+        mutual_knn(same_direction, X)
+    with pytest.raises(ValueError, match="same cosine similarity"):
+        prepare_gram(same_direction @ same_direction.T, k=3)
