@@ -278,9 +278,11 @@ def test_unknown_figure_format_is_refused_before_anything_runs(tmp_path, capsys)
 
 @pytest.mark.parametrize("option, value, advice", [("--seed", "-1", "0 or more"), ("--threads", "-2", "0 (auto)"),
                                                    ("--attention-count", "0", "--attention none"),
-                                                   ("--repeats", "1", "at least 2 subsamples"), ("--level", "nan", "between 0 and 1")])
+                                                   ("--repeats", "1", "at least 2 subsamples"), ("--level", "nan", "between 0 and 1"),
+                                                   ("--threads", "100000", "CPU core(s)"), ("--measures", ",", "no measure given")])
 def test_bad_numbers_are_refused_before_anything_runs(option, value, advice, tmp_path, capsys):
-    """A negative seed used to fail in numpy only after every CKA part had run, and an attention count of 0 then too."""
+    """A negative seed used to fail in numpy only after every CKA part had run, and an attention count of 0 then too;
+    --threads 100000 ran OpenMP out of memory (a crash, exit code 1), and --measures '' silently meant CKA alone."""
     error = _error([option, value, "--out", str(tmp_path)], capsys)
     assert f"{option} {value}" in error and advice in error
     assert not (tmp_path / "cache").exists() and not (tmp_path / "figures").exists()

@@ -3,6 +3,8 @@ and the images, all checked before anything is computed."""
 
 from __future__ import annotations
 
+import os
+
 from helpers import models
 from helpers.report.distributed import main_first, world
 from helpers.report.settings import ReportError, Settings
@@ -68,6 +70,10 @@ def load_inputs(settings: Settings):
         raise ReportError(f"--seed {settings.seed}: give a whole number of 0 or more (the default is 0).")
     if settings.threads < 0:
         raise ReportError(f"--threads {settings.threads}: give 0 (auto) or a number of CPU threads, e.g. 2.")
+    cores = os.cpu_count() or 1
+    if settings.threads > cores:  # more threads than cores only slow torch down; 100,000 ran OpenMP out of memory
+        raise ReportError(f"--threads {settings.threads}: this machine has {cores} CPU core(s). Give 0 (auto) or at most "
+                          f"{cores}.")
     if settings.attention_count < 1:  # checked here, not after every CKA part has run
         raise ReportError(f"--attention-count {settings.attention_count}: attention distances need at least 1 image "
                           "(the default is 256); to leave them out, use --attention none.")

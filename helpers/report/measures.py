@@ -60,6 +60,9 @@ def measure_keys(text: str) -> list:
 
     An unknown name is a ReportError listing the valid ones."""
     names = [x.strip().lower() for x in str(text).split(",") if x.strip()]
+    if not names:
+        raise ReportError(f"--measures {text}: no measure given. Give cka for CKA alone, or several, comma-separated "
+                          "(e.g. cka,procrustes,rsa).")
     unknown = [x for x in names if x not in KEYS]
     if unknown:
         raise ReportError(f"--measures {text}: unknown measure(s) {unknown}. Choose from {', '.join(KEYS)} "
