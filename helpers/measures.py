@@ -288,13 +288,16 @@ def rsa_vector(K: np.ndarray) -> np.ndarray:
 
 
 def knn_matrix(K: np.ndarray, k: int) -> np.ndarray:
-    """(n, n) Gram -> (n, n) bool: row i marks example i's k nearest neighbours by cosine (itself excluded)."""
+    """(n, n) Gram -> (n, n) bool: row i marks example i's k nearest neighbours by cosine (itself excluded).
+
+    Unlike mutual_knn, it takes rows that all point one way (ties broken by row order): prepare_gram serves every
+    measure at once, and a one-number-per-image representation (notebook 17's brightness) is read by the other three
+    while its k-NN, which sees only each number's sign, is left unread."""
     n, diagonal = len(K), np.diag(K)
     if (diagonal <= 0).any():
         raise ValueError(f"{int((diagonal <= 0).sum())} example(s) are the zero vector: cosine neighbours are undefined. "
                          "Check the layer, or use a measure without neighbours.")
     cosine = K / np.sqrt(diagonal[:, None] * diagonal[None, :])
-    _refuse_all_tied(cosine, "the representation")
     np.fill_diagonal(cosine, -np.inf)  # an example is not its own neighbour
     neighbours = np.zeros((n, n), dtype=bool)
     np.put_along_axis(neighbours, np.argsort(-cosine, axis=1, kind="stable")[:, :k], True, axis=1)
