@@ -37,8 +37,12 @@ def untrained_draws(names: dict, seeds=FLOOR_SEEDS, device=None):
 
     names: {key: model name}, e.g. {"resnet": "lite-resnet", "vit": "lite-vit"}. Models are built one draw
     at a time, so only one draw's models are in memory."""
+    seeds = list(seeds)
     if len(seeds) < FLOOR_MIN:
-        raise ValueError(f"a floor needs at least {FLOOR_MIN} untrained draws (got seeds {list(seeds)}).")
+        raise ValueError(f"a floor needs at least {FLOOR_MIN} untrained draws (got seeds {seeds}).")
+    if len(set(seeds)) < len(seeds):  # a repeated seed builds the same model again: one draw counted twice
+        raise ValueError(f"floor seeds {seeds} repeat a seed; the same seed builds the same untrained model, so give "
+                         f"{len(seeds)} different ones (helpers.floors.FLOOR_SEEDS).")
     for seed in seeds:
         yield seed, {key: untrained(name, seed, device) for key, name in names.items()}
 

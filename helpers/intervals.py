@@ -33,6 +33,8 @@ def disjoint_subsamples(n: int, repeats: int, seed: int = 0) -> list:
     """
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 2:
         raise ValueError(f"repeats must be a whole number of at least 2 (an interval needs two subsamples), got {repeats!r}.")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):  # 10.5 failed deep in numpy (AxisError)
+        raise TypeError(f"n must be a whole number of images (an int), got {n!r}.")
     size = n // repeats
     if size < 4:
         raise ValueError(f"{n} images in {repeats} subsamples give {size} image{'' if size == 1 else 's'} each; CKA needs at least 4 (use 50+): "

@@ -173,6 +173,8 @@ def _known(claim: str) -> str:
 
 def seed_spread(effects: list, partners: list | None = None) -> float:
     """The one spread: range of the units' effects, and of each unit's partner effects, the larger. (n,) -> float."""
+    effects = _check_numbers("effects", effects)  # a NaN made the range 0.0 (every comparison with NaN is False)
+    partners = [_check_numbers("partner effects", p) for p in (partners or [])]
     ranges = [max(effects) - min(effects)] if len(effects) >= 2 else []
     ranges += [max(p) - min(p) for p in (partners or []) if len(p) >= 2]
     if not ranges:
@@ -227,7 +229,12 @@ def size_words(claim: str, effects: list) -> str:
 
 def null_level(null: list, level: float = 0.95) -> float:
     """The permutation null's upper quantile: the chance level a statistic must beat."""
-    return float(np.quantile(np.asarray(null, dtype=np.float64), level))
+    values = _check_numbers("null", null)
+    if not values:
+        raise ValueError("the null has no values: shuffle the images at least 20 times (helpers.nulls).")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be between 0 and 1 (e.g. 0.95), got {level}.")
+    return float(np.quantile(np.asarray(values), level))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -159,6 +159,28 @@ def test_bad_input_says_what_to_do(kwargs, message):
         judge("F1.1", **kwargs)
 
 
+def test_the_protocols_pieces_refuse_what_would_give_a_quiet_wrong_number():
+    """seed_spread([0.1, nan]) was 0.0 (every comparison with NaN is False); null_level of no values raised numpy's
+    IndexError and of a NaN returned NaN; disjoint_subsamples(10.5, 2) failed with numpy's AxisError; and
+    untrained_draws built the same model twice for a repeated seed."""
+    from helpers import floors, intervals
+
+    with pytest.raises(ValueError, match="NaN"):
+        verdicts.seed_spread([0.1, float("nan")])
+    with pytest.raises(ValueError, match="NaN"):
+        verdicts.seed_spread([0.1], partners=[[0.2, float("nan")]])
+    with pytest.raises(ValueError, match="no values"):
+        verdicts.null_level([])
+    with pytest.raises(ValueError, match="NaN"):
+        verdicts.null_level([0.1, float("nan")])
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        verdicts.null_level([0.1, 0.2], level=95)
+    with pytest.raises(TypeError, match="whole number of images"):
+        intervals.disjoint_subsamples(10.5, 2)
+    with pytest.raises(ValueError, match="repeat a seed"):
+        next(floors.untrained_draws({"vit": "lite-vit"}, seeds=[0, 0, 1, 2, 3]))
+
+
 def test_unknown_claim_suggests_close_ones():
     with pytest.raises(KeyError, match="F1.1"):
         judge("F1.11", effects=[0.1, 0.2])
