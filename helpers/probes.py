@@ -30,6 +30,9 @@ LAMBDAS = tuple(10.0 ** k for k in range(-5, 4))  # relative to mean(s^2): 1e-5 
 def pm1_targets(labels, num_classes: int) -> torch.Tensor:
     """(n,) integer labels -> (n, C) float64 targets: +1 for the class, -1 elsewhere."""
     labels = torch.as_tensor(np.asarray(labels))
+    if len(labels) and (labels.min() < 0 or labels.max() >= num_classes):
+        raise ValueError(f"labels must be class indices 0..{num_classes - 1} for num_classes={num_classes}; got values from "
+                         f"{int(labels.min())} to {int(labels.max())}.")
     targets = -torch.ones(len(labels), num_classes, dtype=torch.float64)
     targets[torch.arange(len(labels)), labels.long()] = 1.0
     return targets
@@ -237,10 +240,11 @@ def few_shot_correct(pool_X, pool_y, test_X, test_y, shots: int | None = 10, rep
 def _over_draws(probe, key: str, pool_X, pool_y, test_X, test_y, shots, repeats, val_per_class, lambdas, seed):
     """probe(...)[key] for each of `repeats` draws of the shots (seeds seed, seed + 1, ...), stacked."""
     check_int(repeats, "repeats", 1, "Give how many draws of the shots to average over, e.g. 5.")
-    pool_y = np.asarray(pool_y)
     if len(pool_y) != (pool_X.shape[0]):
         raise ValueError(f"pool_X has {pool_X.shape[0]} rows but pool_y {len(pool_y)} labels.")
-    num_classes = int(max(pool_y.max(), np.max(test_y))) + 1
+    # checked as labels here (torch tensors too: np.max of a tensor raised torch's "argument 'dim' must be int")
+    pool_y = _labels(pool_y, pool_X.shape[0], "pool_y").numpy()
+    num_classes = int(max(pool_y.max(), _labels(test_y, test_X.shape[0], "test_y").max())) + 1
     results = []
     for r in range(repeats):
         train, val = few_shot_split(pool_y, shots, val_per_class, seed + r)

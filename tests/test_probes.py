@@ -86,6 +86,21 @@ def test_bad_inputs_fail_clearly():
         probes.few_shot_correct(X, y, X, y, shots=2, repeats=0)
 
 
+def test_torch_tensors_probe_like_numpy_arrays():
+    """Features and labels as torch tensors (what a capture gives): few_shot_accuracy raised torch's
+    "max(): argument 'dim' must be int" on the labels before; the numbers equal numpy's."""
+    X, y = _toy()
+    as_torch = [torch.from_numpy(a) for a in (X, y, X + 0.05, y)]
+    np.testing.assert_array_equal(probes.few_shot_accuracy(*as_torch, shots=5, repeats=2, val_per_class=5),
+                                  probes.few_shot_accuracy(X, y, X + 0.05, y, shots=5, repeats=2, val_per_class=5))
+    with pytest.raises(ValueError, match="test_y has 5 labels for 120 feature rows"):
+        probes.few_shot_accuracy(X, y, X, y[:5], shots=5, repeats=2, val_per_class=5)
+    with pytest.raises(ValueError, match="pool_y has negative labels"):
+        probes.few_shot_accuracy(X, y - 1, X, y, shots=5, repeats=2, val_per_class=5)
+    with pytest.raises(ValueError, match="class indices 0..1"):  # was torch's IndexError
+        probes.pm1_targets([0, 3], 2)
+
+
 def test_fit_shots_shrinks_only_when_a_class_is_short(capsys):
     labels = np.array([0] * 30 + [1] * 25)
     assert probes.fit_shots(labels, 10, 10) == (10, 10)  # enough: unchanged, nothing printed
