@@ -48,6 +48,8 @@ HOSTILE = {
     "memory_bomb": "def gram_linear(X):\n    hoard = []\n    while True:\n        hoard.append(b'x' * 10**8)\n",
     "fork_bomb": "import os, time\ndef gram_linear(X):\n    for _ in range(500):\n        if os.fork() == 0:\n"
                  "            time.sleep(120)\n            os._exit(0)\n    return X @ X.T\n",
+    # kills the sandbox's process outright; the exercises after it are graded in a second run
+    "segfault": "import ctypes\ndef gram_linear(X):\n    ctypes.string_at(0)\n    return X @ X.T\n",
     "reads_other": "def gram_linear(X):\n    open({other!r}).read()\n    return X @ X.T\n",
     # unmounts the empty folder laid over the other submissions (MNT_DETACH), then reads one
     "escapes_hiding": "import ctypes, os\ndef gram_linear(X):\n    libc = ctypes.CDLL(None, use_errno=True)\n"

@@ -28,6 +28,7 @@ partly_solved,04_minibatch_cka,,,pass,fail,1,2
 endless_loop,01_gram_matrices,error,error,,,0,2
 memory_bomb,01_gram_matrices,error,pass,,,1,2
 fork_bomb,01_gram_matrices,error,pass,,,1,2
+segfault,01_gram_matrices,error,pass,,,1,2
 reads_other,01_gram_matrices,error,pass,,,1,2
 escapes_hiding,01_gram_matrices,error,pass,,,1,2
 writes_outside,01_gram_matrices,error,pass,,,1,2
@@ -85,6 +86,7 @@ def test_a_class_with_every_hostile_case(tmp_path, listener):
     assert "time limit" in messages["endless_loop"]["1.1 gram_linear"]
     assert "MemoryError" in messages["memory_bomb"]["1.1 gram_linear"]
     assert "BlockingIOError" in messages["fork_bomb"]["1.1 gram_linear"]
+    assert "segmentation fault" in messages["segfault"]["1.1 gram_linear"]  # and gram_rbf passed in a second run
     assert "No such file" in messages["reads_other"]["1.1 gram_linear"]
     assert "Operation not permitted" in messages["escapes_hiding"]["1.1 gram_linear"]
     assert "unreachable" in messages["network"]["1.1 gram_linear"]

@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from queue import Queue
 
@@ -274,11 +274,45 @@ def _step_name(step: str) -> str:
     return f"{function} (case {int(case) + 1})" if case.isdigit() else step
 
 
-def judge(notebook: CourseNotebook, cases: dict, job_dir: Path, outcome, limits, result: Result) -> None:
-    """Fill result.grades/messages from what the sandbox returned, comparing here with the references."""
-    events = read_progress(job_dir)
-    finished = "all" in events
-    cell_errors = [f"{s}: {e['error']}" for s, e in events.items() if s.startswith("cell") and e.get("state") == "error"]
+@dataclass
+class Run:
+    """One sandbox run of a submission: its folder, how it ended, its progress events and the calls it was given."""
+
+    folder: Path
+    outcome: sandbox.Outcome
+    events: dict
+    calls: list
+
+
+def run_contained(job: dict, arrays: dict, submission: Path, job_dir: Path, level: str, limits, hide, slot: int) -> list:
+    """Run the sandbox; when its process dies inside one function (a segmentation fault, os._exit), run it again for
+    the functions it never reached, each time in a fresh folder and within what is left of the submission's wall-clock
+    limit. So a crash costs the exercise it happened in, as an exception does, not every exercise after it.
+    Not again after a time-out (no time is left) or a death in a cell (a rerun would die there too). Returns [Run]."""
+    runs, calls, deadline = [], job["calls"], time.monotonic() + limits.seconds
+    for attempt in range(len(job["calls"])):
+        # '+' is in no student's name (find_submissions keeps letters, digits, '_', '.' and '-'): no folder clash
+        folder = job_dir if attempt == 0 else job_dir.with_name(f"{job_dir.name}+rerun{attempt}")
+        folder.mkdir()
+        shutil.copyfile(submission, folder / "submission.ipynb")  # alone in its folder; the sandbox sees no other
+        np.savez(folder / "inputs.npz", **arrays)
+        seconds = limits.seconds if attempt == 0 else deadline - time.monotonic()
+        outcome = sandbox.run(dict(job, calls=calls), folder, level, replace(limits, seconds=seconds), hide, slot)
+        events = read_progress(folder)
+        runs.append(Run(folder, outcome, events, [c["id"] for c in calls]))
+        died_in = {c["function"] for c in calls if events.get(c["id"], {}).get("state") == "started"}
+        reached = {c["function"] for c in calls if c["id"] in events}
+        calls = [c for c in calls if c["function"] not in reached]
+        if "all" in events or outcome.timed_out or not died_in or not calls or deadline - time.monotonic() < 1:
+            break
+    return runs
+
+
+def judge(notebook: CourseNotebook, cases: dict, runs: list, limits, result: Result) -> None:
+    """Fill result.grades/messages from what the sandbox runs returned, comparing here with the references."""
+    run_of = {call_id: run for run in runs for call_id in run.calls}
+    first = runs[0].events if runs else {}  # the cells ran the same way in every run; the first run has them all
+    cell_errors = [f"{s}: {e['error']}" for s, e in first.items() if s.startswith("cell") and e.get("state") == "error"]
     for info in notebook.exercises:
         column = info.column
         if info.function is None or info.function not in EXERCISES:
@@ -288,15 +322,17 @@ def judge(notebook: CourseNotebook, cases: dict, job_dir: Path, outcome, limits,
         status, message = "pass", ""
         my_calls = [(cid, case) for cid, (ex, case) in cases.items() if ex.function == info.function]
         for call_id, case in my_calls:
-            event = events.get(call_id, {})
+            run = run_of[call_id]
+            event = run.events.get(call_id, {})
             if event.get("state") == "error":
                 status, message = _error_status(event.get("error", ""), cell_errors, limits)
                 break
             if event.get("state") != "done":
-                status, message = "error", (_stopped(outcome, limits, events) if not finished else "no answer came back")
+                status, message = "error", ("no answer came back" if "all" in run.events
+                                            else _stopped(run.outcome, limits, run.events))
                 break
             try:
-                EXERCISES[info.function].judge(case, read_answers(job_dir, call_id))
+                EXERCISES[info.function].judge(case, read_answers(run.folder, call_id))
             except AssertionError as failure:
                 status, message = "fail", str(failure)
                 break
@@ -338,16 +374,12 @@ def grade_one(path: Path, student: str, course: list, work_root: Path, level: st
         return Result(student, "not a course notebook", seconds=time.monotonic() - started)
     result = Result(student, notebook.name, recognised=True)
     job, arrays, cases = build_job(notebook, cells, np.random.default_rng(secrets.randbits(64)))
-    job_dir = work_root / student
-    job_dir.mkdir()
-    shutil.copyfile(path, job_dir / "submission.ipynb")  # alone in its folder; the sandbox sees no other
-    np.savez(job_dir / "inputs.npz", **arrays)
     slot = slots.get()
     try:
-        outcome = sandbox.run(job, job_dir, level, limits, hide, slot) if cases else None
+        runs = run_contained(job, arrays, path, work_root / student, level, limits, hide, slot) if cases else []
     finally:
         slots.put(slot)
-    judge(notebook, cases, job_dir, outcome, limits, result)
+    judge(notebook, cases, runs, limits, result)
     result.seconds = time.monotonic() - started
     return result
 
