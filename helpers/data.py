@@ -168,7 +168,12 @@ def _folder_set(folder: Path, count) -> ImageSet:
     either, with a warning.
     """
     if not folder.is_dir():
-        raise FileNotFoundError(f"{folder} is not a folder. Give a folder of images, or one of 'shapes', 'imagenette', 'cifar10'.")
+        import difflib
+
+        close = difflib.get_close_matches(str(folder).lower(), ["shapes", "imagenette", "cifar10"], n=1, cutoff=0.7)
+        hint = f" Did you mean '{close[0]}'?" if close else ""  # 'shapez' was read as a folder's name
+        raise FileNotFoundError(f"{folder} is not a folder.{hint} Give a folder of images, or one of 'shapes', "
+                                "'imagenette', 'cifar10'.")
     files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS
                    and not any(part.startswith(".") for part in p.relative_to(folder).parts))
     if not files:

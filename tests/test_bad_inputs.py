@@ -74,6 +74,13 @@ def test_impossible_counts_are_refused(count):
         image_set("shapes", count=count)
 
 
+@pytest.mark.parametrize("typo, meant", [("shapez", "shapes"), ("Imagenet", "imagenette"), ("cifar-10", "cifar10")])
+def test_a_misspelt_image_source_suggests_the_name(typo, meant):
+    """A source name that is not a folder was only 'not a folder'; a close one is now suggested."""
+    with pytest.raises(FileNotFoundError, match=f"Did you mean '{meant}'"):
+        image_set(typo)
+
+
 def test_a_count_above_what_exists_says_what_it_returns(tmp_path, capsys):
     for i in range(3):
         Image.new("RGB", (8, 8)).save(tmp_path / f"{i}.png")
