@@ -32,6 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SCREENSHOTS = ROOT / "outputs" / "browser"
 NOTEBOOKS = ["02_hsic.ipynb", "15_mlp_mixer.ipynb"]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# what is tested here is the page (every cell runs, the widgets redraw); nbval runs the notebooks on all their images
+MAX_IMAGES = 256
 RUN_TIMEOUT_S = 150  # 02 runs in about 11 s and 15 in about 40 s on the 2-core machine
 ATTEMPTS = 3  # a fresh page again when a run does not finish (seen in some CI runs: the kernel idle with cells never run, cause not found),
 # or when a menu click times out (seen once, on a machine whose two cores also ran two trainings)
@@ -85,7 +87,7 @@ def lab(tmp_path_factory):
          f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={served}",
          f"--LabApp.user_settings_dir={settings}", f"--LabApp.workspaces_dir={settings / 'workspaces'}",
          "--allow-root"],  # CI runs as root; the server still listens on loopback only, behind a token
-        stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, JUPYTER_PLATFORM_DIRS="1"))
+        stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, JUPYTER_PLATFORM_DIRS="1", COURSE_MAX_IMAGES=str(MAX_IMAGES)))
     base = f"http://127.0.0.1:{port}"
     try:
         try:
