@@ -243,7 +243,7 @@ def _over_draws(probe, key: str, pool_X, pool_y, test_X, test_y, shots, repeats,
     if len(pool_y) != (pool_X.shape[0]):
         raise ValueError(f"pool_X has {pool_X.shape[0]} rows but pool_y {len(pool_y)} labels.")
     # checked as labels here (torch tensors too: np.max of a tensor raised torch's "argument 'dim' must be int")
-    pool_y = _labels(pool_y, pool_X.shape[0], "pool_y").numpy()
+    pool_y = _labels(pool_y, pool_X.shape[0], "pool_y").cpu().numpy()
     num_classes = int(max(pool_y.max(), _labels(test_y, test_X.shape[0], "test_y").max())) + 1
     results = []
     for r in range(repeats):
