@@ -50,6 +50,8 @@ HOSTILE = {
                  "            time.sleep(120)\n            os._exit(0)\n    return X @ X.T\n",
     # kills the sandbox's process outright; the exercises after it are graded in a second run
     "segfault": "import ctypes\ndef gram_linear(X):\n    ctypes.string_at(0)\n    return X @ X.T\n",
+    # ends the sandbox while its cell runs: a second run would end the same way, so none is made
+    "exits_in_cell": "import os\nos._exit(3)\ndef gram_linear(X):\n    return X @ X.T\n",
     "reads_other": "def gram_linear(X):\n    open({other!r}).read()\n    return X @ X.T\n",
     # unmounts the empty folder laid over the other submissions (MNT_DETACH), then reads one
     "escapes_hiding": "import ctypes, os\ndef gram_linear(X):\n    libc = ctypes.CDLL(None, use_errno=True)\n"

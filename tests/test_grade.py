@@ -29,6 +29,7 @@ endless_loop,01_gram_matrices,error,error,,,0,2
 memory_bomb,01_gram_matrices,error,pass,,,1,2
 fork_bomb,01_gram_matrices,error,pass,,,1,2
 segfault,01_gram_matrices,error,pass,,,1,2
+exits_in_cell,01_gram_matrices,error,error,,,0,2
 reads_other,01_gram_matrices,error,pass,,,1,2
 escapes_hiding,01_gram_matrices,error,pass,,,1,2
 writes_outside,01_gram_matrices,error,pass,,,1,2
@@ -87,6 +88,7 @@ def test_a_class_with_every_hostile_case(tmp_path, listener):
     assert "MemoryError" in messages["memory_bomb"]["1.1 gram_linear"]
     assert "BlockingIOError" in messages["fork_bomb"]["1.1 gram_linear"]
     assert "segmentation fault" in messages["segfault"]["1.1 gram_linear"]  # and gram_rbf passed in a second run
+    assert "ended with code 3 while running cell" in messages["exits_in_cell"]["1.2 gram_rbf"]
     assert "No such file" in messages["reads_other"]["1.1 gram_linear"]
     assert "Operation not permitted" in messages["escapes_hiding"]["1.1 gram_linear"]
     assert "unreachable" in messages["network"]["1.1 gram_linear"]
@@ -225,3 +227,31 @@ def test_summary_counts_each_exercise_in_course_order():
                grade.Result("c", "not a course notebook")]
     assert grade.summary(results).splitlines() == ["  1.1 gram_linear              1 fail", "  3.1 cka                      1 pass",
                                                    "  not graded: c (not a course notebook)"]
+
+
+@pytest.mark.parametrize("dies, timed_out, runs", [("call", False, 2), ("cell", False, 1), ("call", True, 1), (None, False, 1)])
+def test_a_second_run_only_after_a_death_inside_a_function(tmp_path, monkeypatch, dies, timed_out, runs):
+    """run_contained with a stand-in sandbox: the process dies in f's first case (or in a cell, or hits the wall
+    clock). Only a death inside a function, with time left, gives a second run, and it is given only g's calls."""
+    from helpers.grade import grader
+
+    given = []
+
+    def fake_run(job, folder, level, limits, hide, slot):
+        given.append([c["id"] for c in job["calls"]])
+        lines = [{"step": "cell 1", "state": "started"}] if dies == "cell" and len(given) == 1 else []
+        if dies == "call" and len(given) == 1:
+            lines = [{"step": "cell 1", "state": "done"}, {"step": "f.0", "state": "started"}]
+        elif not lines:
+            lines = [{"step": c["id"], "state": "done"} for c in job["calls"]] + [{"step": "all", "state": "done"}]
+        (folder / "progress.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+        return grade_sandbox.Outcome(-11 if lines[-1]["step"] != "all" else 0, timed_out and len(given) == 1, 0.1)
+
+    monkeypatch.setattr(grade_sandbox, "run", fake_run)
+    job = {"cells": [], "torch": False, "calls": [{"id": f"{fn}.{i}", "function": fn, "args": []} for fn in "fg" for i in (0, 1)]}
+    submission = tmp_path / "s.ipynb"
+    submission.write_text("{}")
+    result = grader.run_contained(job, {}, submission, tmp_path / "alice", "process", LIMITS, [], 0)
+    assert len(result) == runs and len(given) == runs
+    if runs == 2:
+        assert given[1] == ["g.0", "g.1"] and result[1].folder.name == "alice+rerun1"
