@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from helpers.guards import check_flag
+
 # --------------------------------------------------------------------------- input checks
 
 
@@ -41,13 +43,6 @@ def refuse_masked(A, what: str) -> None:
         raise ValueError(f"{what} is a masked array with {hidden} masked value(s); the values under the mask would be "
                          f"used as if they were data. Drop the examples (rows) that hold them, or fill them first "
                          f"({what}.filled(...)).")
-
-
-def check_flag(value, name: str) -> bool:
-    """A True/False option: a string such as 'no' would count as True, so only real booleans pass."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {value!r} of type {type(value).__name__}.")
-    return bool(value)
 
 
 def unit_scaled(A: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from helpers.verdicts import FLOOR_MIN
+from helpers.verdicts import FLOOR_MIN, check_floor_seeds
 
 FLOOR_SEEDS = tuple(range(FLOOR_MIN))  # 0..4: draw 0 is the seed-0 models' starting weights
 
@@ -37,13 +37,7 @@ def untrained_draws(names: dict, seeds=FLOOR_SEEDS, device=None):
 
     names: {key: model name}, e.g. {"resnet": "lite-resnet", "vit": "lite-vit"}. Models are built one draw
     at a time, so only one draw's models are in memory."""
-    seeds = list(seeds)
-    if len(seeds) < FLOOR_MIN:
-        raise ValueError(f"a floor needs at least {FLOOR_MIN} untrained draws (got seeds {seeds}).")
-    if len(set(seeds)) < len(seeds):  # a repeated seed builds the same model again: one draw counted twice
-        raise ValueError(f"floor seeds {seeds} repeat a seed; the same seed builds the same untrained model, so give "
-                         f"{len(seeds)} different ones (helpers.floors.FLOOR_SEEDS).")
-    for seed in seeds:
+    for seed in check_floor_seeds(seeds):  # checked before any model is built
         yield seed, {key: untrained(name, seed, device) for key, name in names.items()}
 
 

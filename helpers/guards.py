@@ -3,6 +3,7 @@
 Each check raises at once, naming the argument, instead of letting a wrong type travel deep
 into torch or timm (a raw library error) or, worse, give a plausible but wrong number.
 
+    check_flag(debiased, "debiased")              # True or False, not a string
     check_batch_size(batch_size)                  # an int, at least 4
     check_images(images)                          # a helpers.data.ImageSet
     check_model(model, "model_b")                 # a torch module (names are loaded by the caller)
@@ -28,6 +29,13 @@ def check_int(value, name: str, minimum: int, hint: str = "") -> int:
     if value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {value}.{advice}")
     return int(value)
+
+
+def check_flag(value, name: str) -> bool:
+    """A True/False option: a string such as 'no' would count as True, so only real booleans pass."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r} of type {type(value).__name__}.")
+    return bool(value)
 
 
 def check_batch_size(batch_size) -> int:

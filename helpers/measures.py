@@ -310,12 +310,10 @@ def prepare_gram(K, k: int = 10) -> dict:
     'cka': the U-centred Gram (unbiased HSIC, as the course's CKA); 'procrustes': procrustes_factor(K);
     'rsa': rsa_vector(K); 'knn': knn_matrix(K, k).
     """
-    from helpers.cka import center_gram
+    from helpers.cka import as_float64_tensor, center_gram
 
     _check_k(k)
-    if isinstance(K, torch.Tensor):
-        K = K.detach().cpu().numpy()
-    K = np.asarray(K, dtype=np.float64)
+    K = as_float64_tensor(K, "K").cpu().numpy()  # as the features: complex values and masked entries refused
     if K.ndim != 2 or K.shape[0] != K.shape[1]:
         raise ValueError(f"K must be a square (n, n) Gram matrix, got shape {K.shape}. For features use X @ X.T.")
     if not np.isfinite(K).all():

@@ -176,7 +176,7 @@ def seed_spread(effects: list, partners: list | None = None) -> float:
     effects = _check_numbers("effects", effects)  # a NaN made the range 0.0 (every comparison with NaN is False)
     partners = [_check_numbers("partner effects", p) for p in (partners or [])]
     ranges = [max(effects) - min(effects)] if len(effects) >= 2 else []
-    ranges += [max(p) - min(p) for p in (partners or []) if len(p) >= 2]
+    ranges += [max(p) - min(p) for p in partners if len(p) >= 2]
     if not ranges:
         raise ValueError("one unit with one run has no spread of its own: pass spread= and spread_source= "
                          "(borrowed from a named source, e.g. 'the ViT seeds of F1.1').")
@@ -317,10 +317,20 @@ def _floor(draws, seeds, alike: bool) -> tuple:
     seeds = list(seeds) if seeds is not None else []
     if len(seeds) != len(draws):
         raise ValueError(f"{len(seeds)} floor seeds for {len(draws)} draws: record the seed of every draw (floor_seeds=).")
-    if len(set(seeds)) != len(seeds):  # one seed twice is one draw counted twice
-        raise ValueError(f"floor seeds {seeds} repeat a seed: the same seed builds the same untrained model, so the "
-                         f"floor needs {FLOOR_MIN} different ones (helpers.floors.FLOOR_SEEDS).")
-    return draws, seeds
+    return draws, check_floor_seeds(seeds)
+
+
+def check_floor_seeds(seeds) -> list:
+    """The seeds of a floor's untrained draws, as a list: at least FLOOR_MIN, none twice (one seed twice is one
+    draw counted twice: the same seed builds the same untrained model)."""
+    seeds = list(seeds)
+    if len(seeds) < FLOOR_MIN:
+        raise ValueError(f"a floor needs at least {FLOOR_MIN} untrained draws (got seeds {seeds}): one random draw is "
+                         "not a floor; use helpers.floors.untrained_draws.")
+    if len(set(seeds)) < len(seeds):
+        raise ValueError(f"floor seeds {seeds} repeat a seed: the same seed builds the same untrained model, so give "
+                         f"{len(seeds)} different ones (helpers.floors.FLOOR_SEEDS).")
+    return seeds
 
 
 def _judged(effects: list, noise: list, unit: str, replicated: bool, alike: bool) -> tuple:

@@ -300,10 +300,10 @@ def run_contained(job: dict, arrays: dict, submission: Path, job_dir: Path, leve
         outcome = sandbox.run(dict(job, calls=calls), folder, level, replace(limits, seconds=seconds), hide, slot)
         events = read_progress(folder)
         runs.append(Run(folder, outcome, events, [c["id"] for c in calls]))
-        died_in = {c["function"] for c in calls if events.get(c["id"], {}).get("state") == "started"}
+        died_in_a_call = any(events.get(c["id"], {}).get("state") == "started" for c in calls)
         reached = {c["function"] for c in calls if c["id"] in events}
         calls = [c for c in calls if c["function"] not in reached]
-        if "all" in events or outcome.timed_out or not died_in or not calls or deadline - time.monotonic() < 1:
+        if "all" in events or outcome.timed_out or not died_in_a_call or not calls or deadline - time.monotonic() < 1:
             break
     return runs
 
