@@ -341,6 +341,8 @@ def gram_without(gram: torch.Tensor, covariates: torch.Tensor) -> torch.Tensor:
     X X^T becomes M X X^T M: no need to keep the features. Returns float64.
     """
     gram = torch.as_tensor(gram, dtype=torch.float64)
+    if gram.ndim != 2 or gram.shape[0] != gram.shape[1]:
+        raise ValueError(f"gram must be a square (N, N) Gram matrix (features @ features.T), got shape {tuple(gram.shape)}.")
     design = _design(covariates, len(gram), gram.device)
     residual_maker = torch.eye(len(gram), dtype=torch.float64, device=gram.device) - design @ torch.linalg.pinv(design)
     return residual_maker @ gram @ residual_maker
@@ -351,6 +353,8 @@ def remove_class_means(features: torch.Tensor, labels) -> torch.Tensor:
     labels = np.asarray(labels.cpu() if isinstance(labels, torch.Tensor) else list(labels))
     if labels.ndim != 1 or len(labels) != len(features):
         raise ValueError(f"{len(features)} feature rows but {labels.size} labels: give one label per image.")
+    if labels.dtype.kind == "f" and not np.isfinite(labels).all():
+        raise ValueError("labels contain NaN or inf: each image needs its class. Remove those images first.")
     _, classes = np.unique(labels, return_inverse=True)  # 0..K-1 for the K classes present (ints or names)
     one_hot = torch.nn.functional.one_hot(torch.as_tensor(classes.reshape(-1), dtype=torch.int64))
     return regress_out(features, one_hot[:, 1:])  # the first class is the constant

@@ -83,6 +83,15 @@ def subsample_interval(full, subsample_values, level: float = 0.9):
         raise ValueError(f"subsample_values must be (R, *full.shape) with R >= 2; got {values.shape} for full {full.shape}.")
     if not 0 < level < 1:
         raise ValueError(f"level must be between 0 and 1 (e.g. 0.9 for a 90% interval), got {level}.")
+    if np.isinf(full).any() or np.isinf(values).any():
+        raise ValueError("The full value or a subsample value is infinite: an interval around it means nothing. "
+                         "Check the statistic (a division by zero?).")
+    # NaN marks a cell the statistic leaves undefined (e.g. a block with no skip); it must be undefined on every
+    # subsample too, or the interval of a number would silently be NaN
+    if (np.isnan(values) != np.isnan(full)).any():
+        k = int(np.argwhere(np.isnan(values) != np.isnan(full))[0][0])
+        raise ValueError(f"Subsample {k} gave NaN where the full data did not (or the reverse): the statistic is "
+                         "undefined on some images. Use larger subsamples (fewer repeats) or check the statistic.")
     repeats = values.shape[0]
     half = t_quantile(0.5 + level / 2, repeats - 1) * values.std(axis=0, ddof=1) / math.sqrt(repeats)
     return full - half, full + half
@@ -90,6 +99,8 @@ def subsample_interval(full, subsample_values, level: float = 0.9):
 
 def covers(low, high, truth) -> np.ndarray:
     """Boolean array: where low <= truth <= high."""
+    if (np.asarray(low) > np.asarray(high)).any():
+        raise ValueError("low is above high somewhere: pass (low, high) in that order, as subsample_interval returns them.")
     return (np.asarray(low) <= truth) & (np.asarray(truth) <= np.asarray(high))
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from helpers.capture import layout_of
-from helpers.cka import check_enough_for_unbiased
+from helpers.cka import check_enough_for_unbiased, check_more_than_two
 from helpers.course import pick_device
 from helpers.guards import evaluating
 
@@ -316,8 +316,8 @@ def localization_maps(tokens, patches, debiased: bool = True, chunk: int = 16, f
     n = X.shape[0]
     if debiased:
         check_enough_for_unbiased(n)
-    elif n < 2:
-        raise ValueError(f"CKA needs at least 2 examples; got {n}.")
+    else:
+        check_more_than_two(n)
     if form not in ("auto", "features", "grams"):
         raise ValueError(f"form must be 'auto', 'features' or 'grams', not {form!r}.")
     if chunk < 1 or gram_gib <= 0:
@@ -354,6 +354,8 @@ def localization_maps(tokens, patches, debiased: bool = True, chunk: int = 16, f
 def position_kinds(grid) -> np.ndarray:
     """(rows*cols,) labels 'corner', 'edge' or 'interior' for each grid position, row-major."""
     rows, cols = grid
+    if rows < 1 or cols < 1:
+        raise ValueError(f"A grid needs at least 1x1 positions, got {rows}x{cols} (a Tokens' .grid, e.g. (8, 8)).")
     r, c = np.divmod(np.arange(rows * cols), cols)
     on_row, on_col = (r == 0) | (r == rows - 1), (c == 0) | (c == cols - 1)
     return np.where(on_row & on_col, "corner", np.where(on_row | on_col, "edge", "interior"))
@@ -376,6 +378,9 @@ def localization_scores(maps, grid) -> dict:
     T = int(grid[0] * grid[1])
     if M.shape != (T, T):
         raise ValueError(f"maps must be (tokens, patches) on the same grid {tuple(grid)}, i.e. ({T}, {T}); got {tuple(M.shape)}.")
+    if not torch.isfinite(M).all():
+        raise ValueError(f"maps hold {int((~torch.isfinite(M)).sum())} NaN or inf value(s): every score of their tokens "
+                         "would be NaN. Compute them again with localization_maps (it refuses non-finite features).")
     own = M.diagonal()
     others = ~torch.eye(T, dtype=torch.bool)
     mean_others = (M * others).sum(1) / (T - 1)

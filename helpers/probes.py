@@ -179,6 +179,7 @@ def few_shot_split(labels, shots: int | None, val_per_class: int, seed: int) -> 
     """
     if shots is not None:  # 0 used to mean None
         check_int(shots, "shots", 1, "Give training images per class, or None for every pool image not held out.")
+    check_int(val_per_class, "val_per_class", 1, "Hold out at least one pool image per class to choose lambda.")
     labels = np.asarray(labels)
     rng = np.random.default_rng(seed)
     train, val = [], []

@@ -302,6 +302,8 @@ def support(erf, threshold: float = 0.0) -> tuple:
     threshold=0 gives the exact extent of the gradient (a k-layer 3x3 conv stack: 2k+1 px).
     """
     erf = _check_map(erf)
+    if not 0 <= threshold < 1:  # a negative threshold would count every pixel, a zero-gradient one too
+        raise ValueError(f"threshold is a share of the map's peak and must be in [0, 1), got {threshold}.")
     if erf.max() == 0:
         return (0, 0)
     rows, cols = np.nonzero(erf > threshold * erf.max())
@@ -341,10 +343,17 @@ def mass_radius(erf, centre=None, fraction: float = 0.5) -> float:
 def window_fraction(erf, top: int, left: int, size: int) -> float:
     """Share of the map's mass inside the size x size window at (top, left), e.g. the centre patch."""
     erf = _check_map(erf)
+    height, width = erf.shape
+    if size < 1 or top < 0 or left < 0 or top + size > height or left + size > width:
+        # numpy would read a negative `top` from the far edge and cut a window that runs off the map: a wrong share
+        raise ValueError(f"The {size}x{size} window at (top={top}, left={left}) is not inside the {height}x{width} map: "
+                         "give a window of at least 1 pixel that fits in the map.")
     total = erf.sum()
     return float("nan") if total == 0 else float(erf[top:top + size, left:left + size].sum() / total)
 
 
 def uniform_mass_radius(height: int, width: int, centre=None, fraction: float = 0.5) -> float:
     """mass_radius of a uniform map: the radius a fully global field has (the 'global' reference)."""
+    if height < 1 or width < 1:
+        raise ValueError(f"A map needs at least 1x1 pixels, got {height}x{width}: give the input's height and width.")
     return mass_radius(np.ones((height, width)), centre, fraction)

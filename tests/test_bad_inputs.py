@@ -379,3 +379,47 @@ def test_analysis_helpers_refuse_non_finite_or_wrong_inputs_and_keep_the_mode(vi
     localization.capture_tokens(vit, image_set("shapes", count=8), ["blocks.5"])
     assert vit.training  # back in the mode it came in
     vit.eval()
+
+
+def test_summaries_refuse_inputs_that_gave_a_silent_number():
+    """Each of these returned a number (or NaN) without a word before; the accepted neighbours still work."""
+    from helpers import intervals, localization, probes, receptive_fields
+    from helpers.compare import gram_without, remove_class_means
+    # an interval of a number whose subsample was NaN was silently NaN; NaN in the same cell everywhere stays a marker
+    with pytest.raises(ValueError, match="Subsample 1 gave NaN"):
+        intervals.subsample_interval(0.5, [0.4, float("nan"), 0.6])
+    low, high = intervals.subsample_interval([0.5, float("nan")], [[0.4, float("nan")], [0.6, float("nan")]])
+    assert np.isfinite(low[0]) and np.isnan(high[1])
+    with pytest.raises(ValueError, match="infinite"):
+        intervals.subsample_interval(0.5, [0.4, float("inf")])
+    with pytest.raises(ValueError, match="low is above high"):
+        intervals.covers(1.0, 0.0, 0.5)
+    # receptive-field summaries: a negative top read the window from the far edge; an outside window gave 0.0
+    erf = np.ones((8, 8))
+    assert receptive_fields.window_fraction(erf, 2, 2, 4) == 0.25
+    for top, left, size in ((-2, -2, 4), (6, 0, 4), (0, 0, 0)):
+        with pytest.raises(ValueError, match="not inside"):
+            receptive_fields.window_fraction(erf, top, left, size)
+    with pytest.raises(ValueError, match="threshold"):
+        receptive_fields.support(np.pad(erf, 4), -0.5)  # counted the zero border as support
+    with pytest.raises(ValueError, match="1x1"):
+        receptive_fields.uniform_mass_radius(0, 0)
+    # localization: the biased CKA of 2 images is 1 for every token and patch; NaN maps gave NaN scores
+    tokens, patches = torch.randn(2, 4, 3), torch.randn(2, 4, 5)
+    with pytest.raises(ValueError, match="always 1"):
+        localization.localization_maps(tokens, patches, debiased=False)
+    maps = localization.localization_maps(torch.randn(6, 4, 3), torch.randn(6, 4, 5), debiased=False)
+    assert localization.localization_scores(maps, (2, 2))["own"].shape == (4,)
+    with pytest.raises(ValueError, match="NaN"):
+        localization.localization_scores(maps * float("nan"), (2, 2))
+    with pytest.raises(ValueError, match="1x1"):
+        localization.position_kinds((0, 3))
+    # probes: no validation image per class ended in numpy's IndexError
+    x, y = torch.randn(20, 5), np.repeat(np.arange(4), 5)
+    with pytest.raises(ValueError, match="val_per_class"):
+        probes.few_shot_accuracy(x, y, x, y, shots=2, repeats=1, val_per_class=0)
+    # classes and Grams: NaN labels became classes of their own; features in place of a Gram gave torch's shape error
+    with pytest.raises(ValueError, match="NaN"):
+        remove_class_means(torch.randn(4, 2), [0.0, 1.0, float("nan"), 1.0])
+    with pytest.raises(ValueError, match="square"):
+        gram_without(torch.randn(20, 8), torch.randn(20))

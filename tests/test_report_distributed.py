@@ -147,8 +147,10 @@ def _timeout_worker(rank, port, minutes, results):
     try:
         backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
         assert backend.options._timeout == timedelta(minutes=minutes)  # the group got ours, not torch's default
-        if rank == 1:
-            time.sleep(3 * minutes * 60)  # late past the timeout: process 0 must give up, not wait
+        if rank == 1:  # late past the timeout: process 0 must give up, not wait
+            late = time.time() + 3 * minutes * 60
+            while time.time() < late and not os.path.exists(results):  # no need to stay once process 0 has given up
+                time.sleep(0.05)
             return
         start = time.time()
         try:
