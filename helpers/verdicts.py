@@ -57,6 +57,7 @@ from pathlib import Path
 import numpy as np
 
 from helpers.claims import CLAIMS, REPORT_CLAIMS, SAMENESS, SIZES, claims_of
+from helpers.guards import check_flag
 
 LEVEL = 0.9          # the image-subsample intervals are 90% intervals (helpers.intervals.subsample_interval)
 FLOOR_MIN = 5        # untrained draws a floor needs
@@ -138,7 +139,13 @@ def _flat(unit: str) -> str:
 # Checking what comes in
 
 def _check_numbers(name: str, values, n: int | None = None) -> list:
-    values = [float(v) for v in np.ravel(np.asarray(values, dtype=np.float64))]
+    """values as a list of floats: one number each (a 1-D sequence, or one number), all finite, n of them if given."""
+    array = np.asarray(values)
+    if array.dtype.kind not in "iuf" or isinstance(values, (str, bytes)):  # a string, True/False, None or a ragged list
+        raise TypeError(f"{name} must be numbers, got {values!r}: pass the measured values as floats.")
+    if array.ndim > 1:  # np.ravel used to flatten a table into one list of units
+        raise ValueError(f"{name} must be one number per unit (1-D), got shape {array.shape}.")
+    values = [float(v) for v in np.ravel(array.astype(np.float64))]
     if not all(math.isfinite(v) for v in values):
         raise ValueError(f"{name} has a NaN or infinite value ({values}): a verdict needs measured numbers; "
                          "find where the measurement broke, or pass effects=[] for 'not measured'.")
@@ -155,6 +162,9 @@ def _units(effects) -> tuple:
         partners = [_check_numbers(f"effects of unit {i}", e) for i, e in enumerate(effects)]
         if any(len(p) == 0 for p in partners):
             raise ValueError("a unit with no partner effects: give each unit at least one effect.")
+        if len({len(p) for p in partners}) > 1:  # each unit is judged against the same partner runs
+            raise ValueError(f"units have {[len(p) for p in partners]} partner effects: give every unit one effect "
+                             "against each of the same partner runs (an (n, p) table).")
         return [float(np.mean(p)) for p in partners], partners
     return _check_numbers("effects", effects), None
 
@@ -257,11 +267,20 @@ def judge(claim: str, effects, intervals=None, *, spread=None, spread_source: st
     alike: a sameness claim; by default helpers.claims.SAMENESS says.
     """
     _known(claim)
-    alike = claim in SAMENESS if alike is None else alike
+    alike = claim in SAMENESS if alike is None else check_flag(alike, "alike")
+    replicated = check_flag(replicated, "replicated")
+    if not isinstance(unit, str) or not unit.strip():
+        raise ValueError(f"unit names what an effect was measured on (e.g. 'ViT seeds'), got {unit!r}.")
+    if isinstance(effects, (str, bytes)):
+        raise TypeError(f"effects must be numbers, got {effects!r}: pass the measured values as floats.")
     effects, partners = _units(list(effects) if effects is not None else [])
-    seeds = list(seeds) if seeds is not None else []
+    seeds = [str(s) for s in seeds] if seeds is not None else []  # labels, e.g. 'seed 0'
     if seeds and len(seeds) != len(effects):
         raise ValueError(f"{len(seeds)} unit labels for {len(effects)} effects: give one label per effect.")
+    if len(set(seeds)) < len(seeds):
+        raise ValueError(f"unit labels {seeds} repeat a label: each effect is one unit (one training run), named once.")
+    if null is not None and len(_check_numbers("null", null)) == 0:
+        raise ValueError("null is empty: give the statistic under every shuffle (helpers.nulls), or leave null out.")
     if not effects:
         return Verdict(claim, "not measured", measure=measure, note=note, alike=alike)
     half = _check_numbers("intervals", intervals, len(effects)) if intervals is not None else None
@@ -324,6 +343,8 @@ def check_floor_seeds(seeds) -> list:
     """The seeds of a floor's untrained draws, as a list: at least FLOOR_MIN, none twice (one seed twice is one
     draw counted twice: the same seed builds the same untrained model)."""
     seeds = list(seeds)
+    if not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 0 for s in seeds):
+        raise TypeError(f"floor seeds must be whole numbers of 0 or more (the torch seeds of the draws), got {seeds}.")
     if len(seeds) < FLOOR_MIN:
         raise ValueError(f"a floor needs at least {FLOOR_MIN} untrained draws (got seeds {seeds}): one random draw is "
                          "not a floor; use helpers.floors.untrained_draws.")
@@ -342,6 +363,9 @@ def _judged(effects: list, noise: list, unit: str, replicated: bool, alike: bool
 def robustness(v: Verdict, alternatives: dict) -> str:
     """What the verdict's words depend on: each single floor draw, and each alternative spread named."""
     changes = []
+    for name, spread in alternatives.items():
+        if not isinstance(name, str) or _check_numbers(f"the alternative spread {name!r}", [spread])[0] < 0:
+            raise ValueError(f"alternatives are {{name: spread}}, a spread being a size of 0 or more; got {name!r}: {spread!r}.")
     if v.floor_draws and len(v.floor_draws) > 1:
         single = [learned_tag(v.effects, v.noise, [d])[1] for d in v.floor_draws]
         differ = [s for s, t in zip(v.floor_seeds, single) if t != v.tag]
@@ -369,6 +393,8 @@ def not_measured(claim: str, why: str) -> Verdict:
 def verdict_dir(track: str, root=None) -> Path:
     """Where a notebook saves its verdicts: OUTPUT_DIR/verdicts/TRACK (or root/TRACK)."""
     from helpers.course import OUTPUT_DIR
+    if track not in ("lite", "full"):  # a typo would save (or look for) verdicts where RESULTS.md never reads them
+        raise ValueError(f"track must be 'lite' or 'full' (models.choose_track() gives it), got {track!r}.")
     return Path(root if root is not None else OUTPUT_DIR / "verdicts") / track
 
 
@@ -396,6 +422,9 @@ def show_compact(verdicts: list) -> None:
 
 def save(notebook: str, verdicts: list, track: str, root=None) -> Path:
     """Write `verdicts` of notebook `notebook` ('06') as JSON under verdict_dir(track). Returns the file."""
+    strangers = [v for v in verdicts if not isinstance(v, Verdict)]
+    if strangers:
+        raise TypeError(f"save takes the Verdicts that judge() returns, got {strangers[0]!r}.")
     claims = [v.claim for v in verdicts]
     if len(set(claims)) != len(claims):
         raise ValueError(f"claims judged twice in notebook {notebook}: {sorted(c for c in claims if claims.count(c) > 1)}")
@@ -437,7 +466,12 @@ def load(track: str, root=None) -> dict:
     out = {}
     folder = verdict_dir(track, root)
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        for record in json.loads(path.read_text())["verdicts"]:
+        try:
+            records = json.loads(path.read_text())["verdicts"]
+        except (ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{path} is not a verdict file this course wrote ({type(error).__name__}: {error}): "
+                             "re-run the notebook that saves it, or remove the file.") from None
+        for record in records:
             verdict = from_record(record)
             if verdict.claim in out:
                 raise ValueError(f"claim {verdict.claim} is judged in two notebooks ({path.name} and another) under {folder}.")

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from helpers import scorecard, verdicts
@@ -153,10 +154,44 @@ def test_the_null_is_recorded_and_printed():
     (dict(effects=[0.1, 0.2], intervals=[0.1, -0.1]), "negative"),
     (dict(effects=[0.1, 0.2], seeds=["seed 0"]), "label per effect"),
     (dict(effects=[0.1], spread=-0.1, spread_source="x"), "negative"),
+    # each of these gave a verdict before: a table flattened into units, a unit short of a partner, no unit name,
+    # a repeated unit, an empty null, a negative alternative spread
+    (dict(effects=np.zeros((2, 2, 2))), "1-D"),
+    (dict(effects=[[0.1, 0.2], [0.3]]), "partner effects"),
+    (dict(effects=[0.1, 0.2], unit=""), "unit names"),
+    (dict(effects=[0.1, 0.2], seeds=["seed 0", "seed 0"]), "repeat a label"),
+    (dict(effects=[0.1, 0.2], null=[]), "null is empty"),
+    (dict(effects=[0.1, 0.2], alternatives={"06's": -1.0}), "size of 0 or more"),
+    (dict(effects=[0.1, 0.2], floor_draws=[[0.0]] * 5, floor_seeds=range(5)), "1-D"),
 ])
 def test_bad_input_says_what_to_do(kwargs, message):
     with pytest.raises(ValueError, match=message):
         judge("F1.1", **kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(effects=[True, False]),                 # was 'within noise'
+    dict(effects="0.1"),                         # was numpy's "could not convert string to float: '.'"
+    dict(effects=[0.1], spread="0.1", spread_source="x"),
+    dict(effects=[0.1, 0.2], replicated="no"),   # a non-empty string counted as True
+    dict(effects=[0.1, 0.2], alike="no"),        # made F1.1 a sameness claim
+    dict(effects=[0.1, 0.2], floor_draws=[0.0] * 5, floor_seeds="abcde"),
+])
+def test_wrong_types_are_refused_not_coerced(kwargs):
+    with pytest.raises(TypeError):
+        judge("F1.1", **kwargs)
+
+
+def test_saving_and_loading_refuse_what_is_not_a_verdict(tmp_path):
+    with pytest.raises(TypeError, match="Verdicts that judge"):
+        verdicts.save("07", ["F1.5 holds"], "lite", root=tmp_path)
+    with pytest.raises(ValueError, match="'lite' or 'full'"):  # saved where RESULTS.md never looks
+        verdicts.save("07", [not_measured(c, "x") for c in ("F1.5", "F1.6", "F1.7", "F1.8")], "Lite", root=tmp_path)
+    (tmp_path / "lite").mkdir()
+    for text in ("{not json", '{"claims": []}'):  # were json's JSONDecodeError and a KeyError
+        (tmp_path / "lite" / "07.json").write_text(text)
+        with pytest.raises(ValueError, match="not a verdict file"):
+            verdicts.load("lite", root=tmp_path)
 
 
 def test_the_protocols_pieces_refuse_what_would_give_a_quiet_wrong_number():
