@@ -162,9 +162,6 @@ def _units(effects) -> tuple:
         partners = [_check_numbers(f"effects of unit {i}", e) for i, e in enumerate(effects)]
         if any(len(p) == 0 for p in partners):
             raise ValueError("a unit with no partner effects: give each unit at least one effect.")
-        if len({len(p) for p in partners}) > 1:  # each unit is judged against the same partner runs
-            raise ValueError(f"units have {[len(p) for p in partners]} partner effects: give every unit one effect "
-                             "against each of the same partner runs (an (n, p) table).")
         return [float(np.mean(p)) for p in partners], partners
     return _check_numbers("effects", effects), None
 

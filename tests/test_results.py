@@ -86,6 +86,23 @@ def test_every_judged_claim_records_its_protocol(number):
             assert v.size, f"{v.claim} is a size claim: its verdict must judge the size"
 
 
+def test_every_committed_verdict_follows_from_its_recorded_inputs():
+    """Judged again from what its JSON records (effects or partner effects, intervals, spread or where it was
+    borrowed, floor draws and seeds, unit): the same words, tag, learned count and size words."""
+    for claim, v in sorted(verdicts.load("lite", root=scorecard.COMMITTED).items()):
+        if v.kind == "not measured":
+            continue
+        borrowed = v.spread_rule.startswith("borrowed: ")
+        again = verdicts.judge(claim, v.partners or v.effects, v.intervals, floor_draws=v.floor_draws,
+                               floor_seeds=v.floor_seeds, unit=v.unit, replicated=v.replicated, seeds=v.seeds or None,
+                               alike=v.alike, null=v.null, spread=v.spread if borrowed else None,
+                               spread_source=v.spread_rule.removeprefix("borrowed: ") if borrowed else "")
+        for key in ("verdict", "kind", "tag", "learned", "size"):
+            assert getattr(again, key) == getattr(v, key), (claim, key, getattr(again, key), getattr(v, key))
+        # the spread is a range of effects saved to 6 decimals: up to 3 roundings of 5e-7 apart
+        assert again.spread == pytest.approx(v.spread, abs=1.5e-6), claim
+
+
 @pytest.mark.parametrize("path", sorted(NOTEBOOKS_DIR.glob("*.ipynb")), ids=lambda p: p.stem[:2])
 def test_no_notebook_stops_on_a_claim_or_speaks_to_maintainers(path):
     text = "".join("".join(c["source"]) + _checked_output(c) for c in json.loads(path.read_text())["cells"])

@@ -154,10 +154,9 @@ def test_the_null_is_recorded_and_printed():
     (dict(effects=[0.1, 0.2], intervals=[0.1, -0.1]), "negative"),
     (dict(effects=[0.1, 0.2], seeds=["seed 0"]), "label per effect"),
     (dict(effects=[0.1], spread=-0.1, spread_source="x"), "negative"),
-    # each of these gave a verdict before: a table flattened into units, a unit short of a partner, no unit name,
+    # each of these gave a verdict before: a table flattened into units, no unit name,
     # a repeated unit, an empty null, a negative alternative spread
     (dict(effects=np.zeros((2, 2, 2))), "1-D"),
-    (dict(effects=[[0.1, 0.2], [0.3]]), "partner effects"),
     (dict(effects=[0.1, 0.2], unit=""), "unit names"),
     (dict(effects=[0.1, 0.2], seeds=["seed 0", "seed 0"]), "repeat a label"),
     (dict(effects=[0.1, 0.2], null=[]), "null is empty"),
