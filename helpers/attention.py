@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from helpers.guards import check_model, evaluating
+from helpers.guards import check_input_size, check_model, evaluating
 
 
 @contextmanager
@@ -64,6 +64,7 @@ def attention_maps(model, images: torch.Tensor, blocks: int | None = None) -> li
     """
     _check_vit(model)
     check_image_batch(images)
+    check_input_size(model, images)
     captured = {}
     with explicit_attention(model) as modules, evaluating(model):
         if not modules:
@@ -210,6 +211,7 @@ def attention_of_heads(model, images: torch.Tensor, block: int) -> torch.Tensor:
     """
     _check_vit(model)
     check_image_batch(images)
+    check_input_size(model, images)
     if isinstance(block, bool) or not isinstance(block, int) or not 0 <= block < len(model.blocks):
         raise ValueError(f"Block {block!r} does not exist: give a block index 0..{len(model.blocks) - 1} "
                          "of a timm VisionTransformer.")

@@ -64,6 +64,20 @@ def check_model(model, name: str = "model") -> torch.nn.Module:
     return model
 
 
+def check_input_size(model, images: torch.Tensor) -> None:
+    """A ViT's patch embedding takes one input size: say which, instead of timm's bare AssertionError.
+
+    images: (B, C, H, W). Models without a fixed size (CNNs, or timm's dynamic_img_size) pass."""
+    embed = getattr(model, "patch_embed", None)
+    size = getattr(embed, "img_size", None)
+    if size is None or not getattr(embed, "strict_img_size", False) or getattr(embed, "dynamic_img_size", False):
+        return
+    if tuple(images.shape[-2:]) != tuple(size):
+        raise ValueError(f"{type(model).__name__} takes {size[0]}x{size[1]} inputs (model.patch_embed.img_size); these "
+                         f"images are {images.shape[-2]}x{images.shape[-1]}. Preprocess them for this model: "
+                         "helpers.data.batches(image_set, model).")
+
+
 @contextmanager
 def evaluating(model: torch.nn.Module):
     """Put `model` in eval mode for the block; afterwards every submodule is back in its own mode.

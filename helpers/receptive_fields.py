@@ -53,6 +53,7 @@ import torch
 
 from helpers import capture
 from helpers.capture import is_vit
+from helpers.guards import check_input_size
 
 MAX_IMAGES = 32  # the paper: "32 randomly-selected images"
 PRESETS = ("post", "pre", "both")
@@ -201,6 +202,7 @@ def receptive_fields(model, images: torch.Tensor, layers="post", channels="sum",
                          f"{' ' + str(images.dtype) if isinstance(images, torch.Tensor) else ''}.")
     if not torch.isfinite(images).all():
         raise ValueError("images contain NaN or inf values: every gradient would be NaN. Check the preprocessing.")
+    check_input_size(model, images)
     if len(images) == 0:  # the mean over no images is NaN, which read as a broken model
         raise ValueError("No images given: a receptive field needs at least one (the paper used 32).")
     if len(images) > max_images:

@@ -38,6 +38,7 @@ import torch
 from timm.models.vision_transformer import Block
 
 from helpers.capture import is_vit
+from helpers.guards import check_input_size
 from helpers.receptive_fields import _resnet_branch
 
 
@@ -89,10 +90,11 @@ class NormRatios:
         return table[:, self.num_prefix_tokens:].mean(1)
 
 
-def _as_batches(images):
-    if isinstance(images, torch.Tensor):
-        return [images]
-    return images
+def _as_batches(images, model):
+    """Each (B, 3, H, W) batch of `images` (one tensor, or an iterable of them), checked to fit the model."""
+    for x in [images] if isinstance(images, torch.Tensor) else images:
+        check_input_size(model, x)
+        yield x
 
 
 def _token_norms(t) -> torch.Tensor:
@@ -165,7 +167,7 @@ def vit_norm_ratios(model, images) -> NormRatios:
     sums, count, per_image = {}, 0, {(b, w): [] for b in ("attn", "mlp") for w in ("ratio", "cos")}
     try:
         with torch.no_grad():
-            for x in _as_batches(images):
+            for x in _as_batches(images, model):
                 rec.norms = {}
                 held.clear()
                 model(x)
@@ -250,7 +252,7 @@ def resnet_image_ratios(model, images) -> tuple:
     per_image = []
     try:
         with torch.no_grad():
-            for x in _as_batches(images):
+            for x in _as_batches(images, model):
                 rec.norms = {}
                 model(x)
                 columns = []

@@ -423,3 +423,15 @@ def test_summaries_refuse_inputs_that_gave_a_silent_number():
         remove_class_means(torch.randn(4, 2), [0.0, 1.0, float("nan"), 1.0])
     with pytest.raises(ValueError, match="square"):
         gram_without(torch.randn(20, 8), torch.randn(20))
+
+
+def test_a_vit_given_images_of_another_size_says_which_size_it_takes(vit):
+    """timm's bare AssertionError ('Input height (48) doesn't match model (32)') becomes advice, in every helper
+    that takes a raw batch."""
+    from helpers import receptive_fields, residuals
+    wrong = torch.rand(2, 3, 48, 48)
+    for call in (lambda: attention.attention_maps(vit, wrong), lambda: attention.attention_of_heads(vit, wrong, 0),
+                 lambda: receptive_fields.receptive_fields(vit, wrong), lambda: residuals.vit_norm_ratios(vit, [wrong])):
+        with pytest.raises(ValueError, match="takes 32x32 inputs"):
+            call()
+    assert len(attention.attention_maps(vit, torch.rand(2, 3, 32, 32))) == len(vit.blocks)
