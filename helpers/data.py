@@ -36,7 +36,7 @@ from helpers import download as download_lib
 from helpers import loading
 from helpers import shapes
 from helpers.course import DATA_DIR
-from helpers.guards import check_images, check_int
+from helpers.guards import check_images, check_int, check_model
 from helpers.image_types import FileImages, ImageSet  # noqa: F401  (re-exported: helpers.data.ImageSet)
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
@@ -94,7 +94,13 @@ def tensor_set(images, labels=None, name: str = "tensor") -> ImageSet:
         raise ValueError(f"tensor_set needs uint8 images of shape (N, 3, H, W), got {tuple(images.shape)} {images.dtype}. "
                          "Convert floats in [0, 1] with (x * 255).round().to(torch.uint8).")
     if labels is not None:
-        labels = [int(v) for v in np.asarray(labels).reshape(-1)]
+        array = np.asarray(labels.cpu() if isinstance(labels, torch.Tensor) else labels).reshape(-1)
+        # int() would have turned 0.5 into class 0 and a name into a ValueError; -1 is no class index
+        if array.dtype.kind not in "iu" or (array.size and array.min() < 0):
+            raise ValueError(f"labels must be class indices 0..C-1 (whole numbers), got {array.dtype} values"
+                             f"{' with negatives' if array.dtype.kind == 'i' else ''}. For class names: "
+                             "names, labels = np.unique(names_per_image, return_inverse=True).")
+        labels = [int(v) for v in array]
         if len(labels) != len(images):
             raise ValueError(f"{len(images)} images but {len(labels)} labels: give one label per image.")
     return ImageSet(name, len(images), lambda i: images[i], labels, tensor=images)
@@ -219,11 +225,26 @@ def image_set(source: str, count: int | None = None, split: str = "test", downlo
 
 def subset(images: ImageSet, indices) -> ImageSet:
     """The images at `indices` (in that order) as a new ImageSet, labels kept (e.g. for helpers.intervals)."""
-    idx = [int(i) for i in indices]
+    idx = _checked_indices(indices, len(images))
     labels = None if images.labels is None else [images.labels[i] for i in idx]
     tensor = None if images.tensor is None else images.tensor[idx]
     get = images.get.subset(idx) if isinstance(images.get, FileImages) else (lambda i: images.get(idx[i]))
     return ImageSet(f"{images.name} (subsample of {len(idx)})", len(idx), get, labels, tensor)
+
+
+def _checked_indices(indices, count: int) -> list:
+    """Positions into a set of `count` images: whole numbers in 0..count-1, at least one (repeats allowed: a resample)."""
+    if isinstance(indices, torch.Tensor):
+        indices = indices.cpu().numpy()
+    array = np.asarray(indices if isinstance(indices, np.ndarray) else list(indices))
+    if array.dtype == bool:
+        raise TypeError("indices is a True/False mask: pass the positions it selects, np.flatnonzero(mask).")
+    if array.size == 0 or array.ndim != 1 or array.dtype.kind not in "iu":
+        raise ValueError(f"indices must be a non-empty 1-D list of whole numbers (positions 0..{count - 1}), got "
+                         f"{array.size} value(s) of {array.dtype}.")
+    if array.min() < 0 or array.max() >= count:  # a negative index would silently count from the end
+        raise IndexError(f"indices run from {array.min()} to {array.max()}, but the set has {count} images (0..{count - 1}).")
+    return [int(i) for i in array]
 
 
 def grey(pixels: np.ndarray) -> np.ndarray:
@@ -322,6 +343,7 @@ def batches(images: ImageSet, model, batch_size: int = 256, device=None):
     any other is decoded in threads and cached on disk when read from files (helpers.loading).
     """
     check_images(images)
+    check_model(model)
     batch_size = check_int(batch_size, "batch_size", 1)
     device = device or next(model.parameters(), torch.empty(0)).device
     if images.tensor is None:

@@ -74,6 +74,8 @@ class CKAMatrix:
         ".npz" is added when `path` does not end with it (numpy would add it anyway).
         """
         path = Path(path)
+        if path.is_dir():  # "results/" would have become results.npz beside the folder
+            raise IsADirectoryError(f"{path} is a folder: give a file name in it, e.g. {path / 'cka.npz'}.")
         if path.suffix != ".npz":
             path = path.with_name(path.name + ".npz")
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -17,10 +17,14 @@ batch, shuffling the images gives P K_b P^T, the same rows and columns permuted.
 
 from __future__ import annotations
 
+import math
+import numbers
 from contextlib import ExitStack
 
+import numpy as np
 import torch
 
+from helpers.guards import check_images, check_int
 from helpers.minibatch_cka import MinibatchCKA
 
 SHUFFLES = 20  # at least this many shuffles for a null
@@ -32,8 +36,9 @@ def shuffled_matrices(model_a, model_b, images, layers_a, layers_b, policy_a: st
     from helpers.compare import _gram_capture, _model, evaluating
     from helpers.gram_cache import BatchGrams
 
-    if shuffles < 1:
-        raise ValueError(f"shuffles must be at least 1 (the protocol uses {SHUFFLES}), got {shuffles}.")
+    check_int(shuffles, "shuffles", 1, f"The protocol uses {SHUFFLES} or more.")
+    check_int(seed, "seed", 0)
+    check_images(images)
     model_a, model_b = _model(model_a, "model_a"), _model(model_b, "model_b")
     capture_a = _gram_capture(model_a, layers_a, policy_a, "a")
     capture_b = _gram_capture(model_b, layers_b, policy_b, "b")
@@ -57,6 +62,17 @@ def shuffled_statistic(statistic, *args, **kwargs) -> list:
     Returns a list of floats, or {name: [floats]} when the statistic returns a dict."""
     values = [statistic(m) for m in shuffled_matrices(*args, **kwargs)]
     if values and isinstance(values[0], dict):
-        return {k: [float(v[k]) for v in values] for k in values[0]}
-    return [float(v) for v in values]
+        return {k: [_number(v[k]) for v in values] for k in values[0]}
+    return [_number(v) for v in values]
+
+
+def _number(value) -> float:
+    """One value of the null: a finite number (a NaN would quietly make the null's upper end NaN)."""
+    if isinstance(value, (bool, str, bytes)) or not isinstance(value, (numbers.Real, np.ndarray, torch.Tensor)):
+        raise TypeError(f"the statistic must return a number (or {{name: number}}), got {value!r}.")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"the statistic gave {value} on a shuffled matrix: a null needs finite values. Check what it "
+                         "computes from the (La, Lb) values (an empty argmax? a division by zero?).")
+    return value
 

@@ -435,3 +435,31 @@ def test_a_vit_given_images_of_another_size_says_which_size_it_takes(vit):
         with pytest.raises(ValueError, match="takes 32x32 inputs"):
             call()
     assert len(attention.attention_maps(vit, torch.rand(2, 3, 32, 32))) == len(vit.blocks)
+
+
+def test_subsets_labels_nulls_and_saved_matrices_refuse_quiet_mistakes(vit, images, tmp_path):
+    """subset([-1]) gave the last image, subset([0.5]) the first, a True/False mask image 1 sixteen times and
+    subset([100]) a bare IndexError; tensor_set took -1 and 0.5 as labels; a null of NaN statistics was a list of
+    NaN; CKAMatrix.save('folder') wrote folder.npz beside the folder; batches('lite-vit', ...) an AttributeError."""
+    from helpers import nulls
+    from helpers.data import batches, subset
+    assert subset(images, np.array([3, 1])).labels == [images.labels[3], images.labels[1]]
+    for indices, error in (([-1], IndexError), ([100], IndexError), ([0.5], ValueError), ([], ValueError),
+                           (np.ones(32, bool), TypeError)):
+        with pytest.raises(error, match="indices"):
+            subset(images, indices)
+    pixels = torch.zeros(4, 3, 8, 8, dtype=torch.uint8)
+    for labels in ([0, 1, -1, 2], [0, 0.5, 1, 1]):
+        with pytest.raises(ValueError, match="class indices"):
+            tensor_set(pixels, labels=labels)
+    few = subset(images, range(8))
+    with pytest.raises(ValueError, match="finite"):
+        nulls.shuffled_statistic(lambda m: float("nan"), vit, vit, few, "blocks.0", "blocks.1", "all", "all", shuffles=2)
+    with pytest.raises(TypeError, match="shuffles"):
+        nulls.shuffled_matrices(vit, vit, few, "blocks.0", "blocks.1", "all", "all", shuffles=2.5)
+    matrix = CKAMatrix(np.eye(2), ["a", "b"], ["c", "d"])
+    with pytest.raises(IsADirectoryError, match="folder"):
+        matrix.save(tmp_path)
+    assert matrix.save(tmp_path / "m").name == "m.npz"
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        next(batches(images, "lite-vit", 8))
