@@ -41,6 +41,11 @@ from helpers.guards import check_model
 POLICIES = ("all", "cls", "spatial", "mean")
 
 
+class HookNeverFiredError(RuntimeError):
+    """A module asked for did not run in the forward pass (e.g. attn_drop under timm's fused attention): the
+    layers chosen are at fault, not the computation, so the report and the notebooks name it as bad input."""
+
+
 @dataclass(frozen=True)
 class Tap:
     """One recorded representation: its label on a plot, the module, and output or input."""
@@ -357,7 +362,7 @@ class Capture:
                         "or set fused_attn = False on the attention modules first.")
             elif len(silent) == len(self.taps):
                 hint = " Did the model run inside the `with Capture(...)` block?"
-            raise RuntimeError(f"Hook(s) never fired for {[t.label for t in silent]}: these modules did not run "
+            raise HookNeverFiredError(f"Hook(s) never fired for {[t.label for t in silent]}: these modules did not run "
                                f"in the forward pass.{hint}")
         features = {t.label: self._store[t.label] for t in self.taps}
         self._store, self._counts, self._whole_pass = {}, {}, False

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from helpers.capture import layout_of
+from helpers.capture import HookNeverFiredError, layout_of
 from helpers.cka import check_enough_for_unbiased, check_more_than_two
 from helpers.course import pick_device
 from helpers.guards import evaluating
@@ -148,7 +148,7 @@ def capture_tokens(model, images, layers, batch_size: int = 256, pool_to=None, d
                 batch = {}
                 for layer in layers:
                     if layer not in current:
-                        raise RuntimeError(f"The hook on '{layer}' never fired: that module did not run in the forward pass.")
+                        raise HookNeverFiredError(f"The hook on '{layer}' never fired: that module did not run in the forward pass.")
                     prefixes[layer] = prefix if current[layer].ndim == 3 else 0
                     batch[layer], grids[layer] = _as_tokens(current[layer], prefixes[layer], pool_to)
                 if not kept:  # the first batch: check the size, then one float32 tensor per layer for all n images

@@ -276,7 +276,8 @@ def test_unknown_figure_format_is_refused_before_anything_runs(tmp_path, capsys)
     assert not (tmp_path / "figures").exists()
 
 
-@pytest.mark.parametrize("option, value, advice", [("--seed", "-1", "0 or more"), ("--threads", "-2", "0 (auto)"),
+@pytest.mark.parametrize("option, value, advice", [("--seed", "-1", "from 0 to"), ("--seed", str(2 ** 64), "from 0 to"),
+                                                   ("--threads", "-2", "0 (auto)"),
                                                    ("--attention-count", "0", "--attention none"),
                                                    ("--repeats", "1", "at least 2 subsamples"), ("--level", "nan", "between 0 and 1"),
                                                    ("--threads", "100000", "CPU core(s)"), ("--measures", ",", "no measure given")])
@@ -286,6 +287,13 @@ def test_bad_numbers_are_refused_before_anything_runs(option, value, advice, tmp
     error = _error([option, value, "--out", str(tmp_path)], capsys)
     assert f"{option} {value}" in error and advice in error
     assert not (tmp_path / "cache").exists() and not (tmp_path / "figures").exists()
+
+
+def test_layers_whose_hooks_never_fire_are_bad_input_not_a_crash(tmp_path, capsys):
+    """'blocks.*' takes every submodule, attn_drop too, which timm's fused attention never calls: that was a
+    RuntimeError traceback (exit code 1); it is now the report's error, with what to give instead."""
+    error = _error(["--layers-a", "blocks.*", "--count", "64", "--out", str(tmp_path)], capsys)
+    assert "never fired" in error and "attn_drop" in error and "leave those modules out of --layers-a" in error
 
 
 def _parts_from_tables(folder):

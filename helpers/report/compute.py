@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from helpers import intervals, zoo
+from helpers.capture import HookNeverFiredError
 from helpers.course import torch_threads  # noqa: F401  (helpers.report re-exports it)
 from helpers.data import subset
 from helpers.report.distributed import World, main_first, n_batches, reduce_state, share_from_main, shards, world
@@ -163,6 +164,9 @@ def _compute(settings: Settings, model_a, model_b, images, plan: dict, progress:
         attention = {w: cached_attention(settings, w, m, images, cache, log) if plan[w] else None for w, m in on_main}
         maps = {w: cached_attention_maps(settings, w, m, images, cache, log) if plan[w] else None for w, m in on_main}
         fields = {w: cached_receptive_fields(settings, w, m, images, cache, log) for w, m in on_main}
+    except HookNeverFiredError as error:  # the layers asked for, not the computation
+        raise ReportError(f"{error} Here: leave those modules out of --layers-a/--layers-b (a pattern such as "
+                          "'blocks.*' takes every submodule; the preset 'blocks' or 'blocks.*.attn' do not).") from None
     except (ValueError, TypeError, KeyError) as error:
         raise ReportError(f"{error}") from None
     return {"parts": parts, "attention": attention, "attention_maps": maps, "high_norm": high_norm,

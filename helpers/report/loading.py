@@ -66,8 +66,10 @@ def load_inputs(settings: Settings):
         raise ReportError(f"--batch-size {settings.batch_size}: give at least 4 images per batch (128-256 are typical).")
     if not 0 < settings.level < 1:
         raise ReportError(f"--level {settings.level}: give a coverage between 0 and 1, e.g. 0.9.")
-    if settings.seed < 0:  # numpy's generators take no negative seed: it would fail only after the CKA parts
-        raise ReportError(f"--seed {settings.seed}: give a whole number of 0 or more (the default is 0).")
+    # numpy's generators take no negative seed, and torch none of 2**63 or more (the draws use --seed .. --seed + 4):
+    # either failed only after the CKA parts
+    if not 0 <= settings.seed < 2 ** 32:
+        raise ReportError(f"--seed {settings.seed}: give a whole number from 0 to {2 ** 32 - 1} (the default is 0).")
     if settings.threads < 0:
         raise ReportError(f"--threads {settings.threads}: give 0 (auto) or a number of CPU threads, e.g. 2.")
     cores = os.cpu_count() or 1
