@@ -296,6 +296,36 @@ def test_layers_whose_hooks_never_fire_are_bad_input_not_a_crash(tmp_path, capsy
     assert "never fired" in error and "attn_drop" in error and "leave those modules out of --layers-a" in error
 
 
+def test_an_empty_out_is_refused_not_the_current_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # --out "" wrote the whole report (and its cache) into the current folder
+    assert "--out is empty" in _error(["--out", ""], capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_matched_depth_correlation_without_an_order_is_not_measured():
+    """With one layer of A every layer of B matches it, and depth_correlation's 0 was printed and judged as a
+    measured value ('0.000 +- 0.000'); R3 is now 'not measured', with the reason, and the table says 'not defined'."""
+    from types import SimpleNamespace
+
+    from helpers.report import controls
+
+    rng = np.random.default_rng(0)
+    part = lambda rows, cols: SimpleNamespace(full=SimpleNamespace(values=rng.random((rows, cols))),
+                                              subsamples=[SimpleNamespace(values=rng.random((rows, cols))) for _ in range(3)])
+    for rows, cols, defined in ((1, 8, False), (6, 2, False), (6, 8, True)):
+        parts = {f"{name}{controls.suffix(r)}": part(rows, cols) for name in ("cross", "stats_a", "stats_b")
+                 for r in controls.READINGS}
+        r3 = controls.judged(parts, has_labels=False, level=0.9)["R3"]
+        assert all((v.verdict != "not measured") == defined for v in r3.values()), (rows, cols)
+        table = controls.readings_table(parts, False, "A", "B", 0.9)
+        assert ("| matched-depth correlation | all tokens | not defined |" in table) != defined
+        if not defined:
+            assert f"this run: {rows} and {cols}" in r3["head"].note
+            sentence = [t for t in controls.sentences({"R2": controls.judged(parts, False, 0.9)["R2"], "R3": r3}, "A", "B",
+                                                      {"a": "x", "b": "y"}) if "matched depth" in t][0]
+            assert "needs at least 2 layers of A and 3 of B" in sentence and "no noise estimate" not in sentence
+
+
 def _parts_from_tables(folder):
     """The report's Parts rebuilt from the written tables (values and subsample values), to re-judge the sentences."""
     from types import SimpleNamespace

@@ -185,6 +185,9 @@ def write_bundle(results: dict, settings: Settings) -> list:
 
 def check_out(out) -> Path:
     """The --out folder, created; a ReportError that says what to do when it is a file or cannot be written to."""
+    if not str(out).strip():  # Path("") is the current folder: the report would land among whatever is there
+        raise ReportError("--out is empty. Give a folder for the report (it is created if it does not exist), "
+                          "e.g. --out outputs/my_report.")
     path = Path(out)
     if path.exists() and not path.is_dir():
         raise ReportError(f"--out {out} is a file, not a folder. Give a folder for the report (it is created "

@@ -72,6 +72,16 @@ def best_match_last(values) -> float:
     return float(values[:, -1].max())
 
 
+def depth_order_missing(values) -> str:
+    """Why R3 cannot be measured on an (La, Lb) matrix ('' when it can): its correlation needs an order on both sides.
+    With one layer of A every layer of B picks it, and depth_correlation's 0 would read as a measured 'no order'."""
+    rows, cols = np.shape(values)
+    if rows < 2 or cols < 3:
+        return (f"the matched-depth correlation needs at least 2 layers of A and 3 of B (this run: {rows} and {cols}); "
+                "give more layers with --layers-a/--layers-b")
+    return ""
+
+
 def depth_correlation(values) -> float:
     """R3's statistic: correlation between the depth of each layer of B and the depth of its best match in A.
 
@@ -164,6 +174,10 @@ def judged(parts: dict, has_labels: bool, level: float, floor: dict | None = Non
         out[claim] = {}
         for r in READINGS:
             x = suffix(r)
+            missing = depth_order_missing(parts[f"cross{x}"].full.values) if claim == "R3" else ""
+            if missing:
+                out[claim][r] = verdicts.not_measured(claim, missing)
+                continue
             value, half = _stat(parts[f"cross{x}"], statistic, level)
             draws, seeds = _draws(floor, lambda i, x=x, statistic=statistic: statistic(values[f"cross{x}"][i]))
             spread = (abs(float(statistic(parts[f"ref_cross{x}"].full.values)) - value)
@@ -171,6 +185,12 @@ def judged(parts: dict, has_labels: bool, level: float, floor: dict | None = Non
             out[claim][r] = _judge(claim, value, half, spread, draws, seeds, null.get(f"{claim}{x}"),
                                    {"R2": "best-match CKA of B's last layer", "R3": "matched-depth correlation"}[claim])
     return out
+
+
+def why_unjudged(by_reading: dict) -> str:
+    """The reason a comparison is not judged: no noise estimate, or the verdict's own note (e.g. too few layers)."""
+    note = next(v.note for v in by_reading.values() if v.verdict == "not measured")
+    return note if note == NO_NOISE else f"not judged: {note}"
 
 
 def unjudged(by_reading: dict) -> bool:
@@ -241,7 +261,7 @@ def sentences(judgements: dict, A: str, B: str, layer_names: dict) -> list:
         what = (f"Class information of the last recorded layers ({A}: {layer_names['a']}, {B}: {layer_names['b']}; "
                 f"difference in CKA with the labels, {higher} minus {lower})")
         if unjudged(vs):
-            s.append(f"{what}: {NO_NOISE} ({both}).")
+            s.append(f"{what}: {why_unjudged(vs)} ({both}).")
         elif agree(vs) and learned(vs):
             s.append(f"{what}: both readings agree that {higher} holds more class information than {lower}, beyond "
                      f"the {FLOOR_WORDS} ({both}).")
@@ -259,7 +279,7 @@ def sentences(judgements: dict, A: str, B: str, layer_names: dict) -> list:
         vs = judgements[claim]
         both = "; ".join(f"{READING_WORDS[r]} {_effect_text(v)}" for r, v in vs.items())
         if unjudged(vs):
-            s.append(f"Whether {claim_words}: {NO_NOISE} ({measure}: {both}).")
+            s.append(f"Whether {claim_words}: {why_unjudged(vs)} ({measure}: {both}).")
         elif agree(vs) and learned(vs):
             s.append(f"Both readings agree that {claim_words} ({measure}: {both}).")
         elif agree(vs):
@@ -279,10 +299,14 @@ def readings_table(parts: dict, has_labels: bool, A: str, B: str, level: float, 
     def cell(name, statistic):
         if name not in parts:
             return "-"
+        if statistic is depth_correlation and depth_order_missing(parts[name].full.values):
+            return "not defined"
         value, half = _stat(parts[name], statistic, level)
         return f"{value:.3f}" + (f" ± {half:.3f}" if half is not None else "")
 
     def drawn(name, statistic):
+        if statistic is depth_correlation and name in parts and depth_order_missing(parts[name].full.values):
+            return "not defined"
         draws = [float(statistic(v)) for v in (floor or {}).get("values", {}).get(name, [])]
         return f"{min(draws):.3f} to {max(draws):.3f}" if draws else "-"
 
