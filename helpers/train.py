@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import sys
 import time
@@ -223,8 +224,33 @@ def main(argv=None) -> int:
                              "CPU for these small heads (python benchmarks/bench_training.py measures by how much)")
     parser.add_argument("--out", type=Path, default=MODELS_DIR, help="folder for <name>.safetensors and <name>.json")
     args = parser.parse_args(argv)
+    problem = _bad_argument(args)
+    if problem:
+        parser.error(problem)  # exit code 2 with the usage, before anything is trained
     with torch_threads(args.threads):  # called in-process (a test, a notebook), it leaves torch's threads as it found them
         return _train_and_save(args, argv)
+
+
+def _bad_argument(args) -> str:
+    """What is wrong with the command line ('' when nothing): each of these failed later with a raw error
+    (steps 0: a TypeError after training; heads 0 or 5: ZeroDivisionError or timm's AssertionError; threads 0:
+    torch's RuntimeError, 100000: a segmentation fault; --out '': the files written into the current folder)."""
+    most = max(2, os.cpu_count() or 1)  # the default, 2, stays valid on a 1-core machine
+    if args.steps is not None and args.steps < 1:
+        return f"--steps {args.steps}: give at least 1 training step (or leave it out for the recipe's)."
+    recipe, width = zoo.ZOO[args.name], zoo.ZOO[args.name].vit["embed_dim"]
+    if args.heads is not None and recipe.arch == "vit" and (args.heads < 1 or width % args.heads):
+        divisors = [h for h in range(1, width + 1) if width % h == 0]
+        return f"--heads {args.heads}: the lite ViT's width {width} must split into equal heads; give one of {divisors}."
+    if args.probe_every < 0:
+        return f"--probe-every {args.probe_every}: give a number of steps, or 0 (the default) for no probes."
+    if not 1 <= args.threads <= most:
+        return f"--threads {args.threads}: give 1 to {most} (this machine has {os.cpu_count()} CPU cores)."
+    if not str(args.out).strip() or str(args.out) == ".":
+        return "--out: give the folder for <name>.safetensors and <name>.json (the default is data/models)."
+    if args.out.exists() and not args.out.is_dir():
+        return f"--out {args.out} is a file: give a folder (it is created if it does not exist)."
+    return ""
 
 
 def _train_and_save(args, argv) -> int:

@@ -1,6 +1,7 @@
 """The lite zoo's recipes and parts: position tables, bundled cards that match their recipes."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -101,3 +102,25 @@ def test_training_with_the_explicit_attention_kernel(tmp_path, monkeypatch):
     assert "--attention explicit" in json.loads((tmp_path / "lite-vit-data01.json").read_text())["command"]
     with pytest.raises(SystemExit, match="--attention is for ViTs"):
         train.main(["lite-resnet", "--attention", "explicit", "--out", str(tmp_path)])
+
+
+@pytest.mark.parametrize("argv, advice", [
+    (["--steps", "0"], "at least 1 training step"),         # a TypeError after training
+    (["--heads", "5"], "give one of [1, 2, 4, 8"),          # timm's AssertionError
+    (["--heads", "0"], "give one of [1, 2, 4, 8"),          # ZeroDivisionError
+    (["--threads", "0"], "--threads 0: give 1 to"),         # torch's RuntimeError
+    (["--threads", "100000"], "--threads 100000: give 1 to"),  # a segmentation fault
+    (["--probe-every", "-1"], "no probes"),
+    (["--out", ""], "give the folder"),                     # wrote the checkpoint into the current folder
+])
+def test_the_training_command_refuses_bad_arguments_before_training(argv, advice, capsys, monkeypatch, tmp_path):
+    from helpers import train
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(train, "train", lambda *a, **k: pytest.fail("training started"))
+    with pytest.raises(SystemExit) as stop:
+        train.main(["lite-vit", *argv])
+    assert stop.value.code == 2 and advice in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(SystemExit):  # a file as --out
+        train.main(["lite-vit", "--out", str(Path(train.__file__))])
