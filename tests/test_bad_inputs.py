@@ -463,3 +463,22 @@ def test_subsets_labels_nulls_and_saved_matrices_refuse_quiet_mistakes(vit, imag
     assert matrix.save(tmp_path / "m").name == "m.npz"
     with pytest.raises(TypeError, match="torch.nn.Module"):
         next(batches(images, "lite-vit", 8))
+
+
+def test_claim_effects_refuse_inputs_that_gave_a_number():
+    """Each returned a number before: a uniform distance of 0 (every head 'global'), no test images (a
+    ZeroDivisionError), a uniform r50 of 0, a missing block (list.index's bare message), a reference CKA of 0 (inf),
+    accuracies of two shapes (broadcast), lower blocks that select none (NaN with a warning), no matched depths."""
+    from helpers.effects import attention as f2, mixer as f10, probes as f8, receptive as f4, skips as f5, structure as f1
+    checks = [(lambda: f2.mix(np.full((6, 8), 10.0), 0), "uniform"),
+              (lambda: f2.accuracy_drop_half_width(0.9, 0, 0.8, 100), "numbers of test images"),
+              (lambda: f4.midway(3.0, 0.0), "uniform_r50"),
+              (lambda: f5.cut(["b0.norm1", "b0.attn"], 7), "No layer 'b7.attn'"),
+              (lambda: f10.relative_same_depth(np.eye(3), np.zeros((3, 3))), "second seed"),
+              (lambda: f8.probe_gain([0.6, 0.7], [0.5]), "same shape"),
+              (lambda: f8.top_minus_lower([0.1, 0.2], slice(5, 9)), "selects none"),
+              (lambda: f1.climb([]), "matched depths")]
+    for call, message in checks:
+        with pytest.raises(ValueError, match=message):
+            call()
+    assert f2.accuracy_drop_half_width(0.9, 1000, 0.8, 1000) > 0 and f5.cut(["b0.norm1", "b0.attn"], 0) == 1

@@ -40,6 +40,9 @@ def _table(table, name: str = "table") -> np.ndarray:
 
 def thresholds(uniform: float) -> tuple:
     """(local line, global line) in px: 60% and 80% of the uniform distance."""
+    if not float(uniform) > 0:  # 0 put both lines at 0 px, and every head counted as global
+        raise ValueError(f"uniform must be the uniform attention distance in px (> 0, helpers.attention."
+                         f"uniform_attention_distance), got {uniform}.")
     return LOCAL_FRACTION * float(uniform), GLOBAL_FRACTION * float(uniform)
 
 
@@ -77,6 +80,9 @@ def accuracy_drop(full: float, less: float) -> float:
 def accuracy_drop_half_width(full: float, n_full: int, less: float, n_less: int) -> float:
     """Half-width (points) of the drop's 90% binomial interval, the two test sets taken as independent
     (conservative: on the same test images the two models' errors are correlated)."""
+    accuracy_drop(full, less)  # both accuracies checked to be fractions
+    if min(n_full, n_less) < 1:
+        raise ValueError(f"n_full and n_less are the numbers of test images (at least 1), got {n_full} and {n_less}.")
     return 100 * Z90 * math.sqrt(full * (1 - full) / n_full + less * (1 - less) / n_less)
 
 

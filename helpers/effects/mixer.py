@@ -64,7 +64,11 @@ def relative_same_depth(cross, reference) -> float:
     cross: (R, C) the model (rows) against the other model (columns); reference: (C', C'') the other model
     against a second seed of it (how close "the same model" comes: a reference, not a bound). 1 = as close as
     a second seed; it can exceed 1."""
-    return float(same_depth(cross).mean() / same_depth(reference).mean())
+    scale = same_depth(reference).mean()
+    if not scale > 0:  # a reference of 0 gave inf
+        raise ValueError(f"the reference's mean same-depth CKA is {scale}: a second seed must come out similar (> 0) "
+                         "to scale by it. Check that `reference` is the model against its own second seed.")
+    return float(same_depth(cross).mean() / scale)
 
 
 def closer_to_vit(mixer_vit, vit_reference, mixer_resnet, resnet_reference) -> float:

@@ -61,8 +61,7 @@ def lower_block_difference(gaps, lower: slice) -> np.ndarray:
     gaps: (..., blocks) gap to the seed reference per block (rows: all images, then each image subsample);
     lower: the lower blocks. Returns (...,): minus the mean gap over the lower blocks; about 0 when the 3%
     model is as close as a second seed (the paper's "very similar"), < 0 when it falls short."""
-    gaps = np.asarray(gaps, dtype=np.float64)
-    return -gaps[..., lower].mean(-1)
+    return -_lower(gaps, lower).mean(-1)
 
 
 def top_minus_lower(gaps, lower: slice) -> np.ndarray:
@@ -71,7 +70,16 @@ def top_minus_lower(gaps, lower: slice) -> np.ndarray:
     gaps: (..., blocks) as in lower_block_difference. Returns (...,): last-block gap minus the mean
     lower-block gap; > 0 when the higher layers are further from the 100% model (the paper's "need more data")."""
     gaps = np.asarray(gaps, dtype=np.float64)
-    return gaps[..., -1] - gaps[..., lower].mean(-1)
+    return gaps[..., -1] - _lower(gaps, lower).mean(-1)
+
+
+def _lower(gaps, lower: slice) -> np.ndarray:
+    """gaps[..., lower], checked to hold at least one block (an empty slice gave a NaN mean and a warning)."""
+    gaps = np.asarray(gaps, dtype=np.float64)
+    chosen = gaps[..., lower]
+    if chosen.shape[-1] == 0:
+        raise ValueError(f"lower={lower} selects none of the {gaps.shape[-1]} blocks: give the lower blocks, e.g. slice(0, 3).")
+    return chosen
 
 
 def probe_gain(more_data, less_data) -> np.ndarray:
@@ -80,4 +88,8 @@ def probe_gain(more_data, less_data) -> np.ndarray:
     more_data, less_data: the same shape (a mean 10-shot probe accuracy over the middle blocks, per draw of
     the shots or per image subsample). > 0: more data gives stronger intermediate representations. A fraction:
     0.30 is the paper's 30 points."""
-    return np.asarray(more_data, dtype=np.float64) - np.asarray(less_data, dtype=np.float64)
+    more, less = np.asarray(more_data, dtype=np.float64), np.asarray(less_data, dtype=np.float64)
+    if more.shape != less.shape:  # numpy would broadcast one model's single value against the other's draws
+        raise ValueError(f"more_data {more.shape} and less_data {less.shape} must have the same shape: one accuracy per "
+                         "draw (or subsample) for each model.")
+    return more - less

@@ -51,6 +51,9 @@ def shrinking_steps(radii) -> int:
 def midway(r50: float, uniform_r50: float) -> float:
     """F4.3, "the ViT's fields become much more global midway" (px): the middle block's r50 minus half a
     uniform field's r50 (the paper gives no number; this course calls a field global from there on)."""
+    if float(uniform_r50) <= 0:  # 0 made the effect the radius itself
+        raise ValueError(f"uniform_r50 is a uniform field's r50 in px (> 0, helpers.receptive_fields.uniform_mass_radius), "
+                         f"got {uniform_r50}.")
     return float(r50) - GLOBAL_SHARE * float(uniform_r50)
 
 

@@ -104,7 +104,11 @@ def late_change(ratios, images=None) -> float:
 
 def cut(labels: list, block: int) -> int:
     """Index of the first layer after block `block`'s removed skips: its attention output 'b{block}.attn'."""
-    return list(labels).index(f"b{block}.attn")
+    labels = list(labels)
+    if f"b{block}.attn" not in labels:
+        raise ValueError(f"No layer 'b{block}.attn' among the {len(labels)} sublayer labels ({labels[:3]} ...): give a "
+                         "block the model has, and the labels of the 'sublayers' preset.")
+    return labels.index(f"b{block}.attn")
 
 
 def partition_score(values: np.ndarray, at: int) -> float:

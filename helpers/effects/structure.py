@@ -137,6 +137,8 @@ def matched_depth(values) -> np.ndarray:
 def climb(depth) -> float:
     """Spearman correlation of layer order with matched depth: (R,) -> float; 0 when every row picks the same column."""
     depth = np.asarray(depth, dtype=np.float64)
+    if depth.ndim != 1 or len(depth) == 0:
+        raise ValueError(f"depth must be the (R,) matched depths of matched_depth, got shape {depth.shape}.")
     if np.ptp(depth) == 0:
         return 0.0  # no ranking to correlate: counted as no climb
     return spearman(np.arange(len(depth)), depth)
