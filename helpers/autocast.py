@@ -48,13 +48,16 @@ def _named(text: str, where: str):
 
 def forward_dtype(device, amp=None):
     """The dtype autocast runs forward passes in on `device`, or None for plain float32 (see the module docstring)."""
+    # checked on every device: amp='yes' passed on the CPU (where autocast never runs) and failed only on a GPU
+    if isinstance(amp, str):
+        named = _named(amp, "amp")
+    elif amp is not None and not isinstance(amp, bool):
+        raise TypeError(f"amp must be None, True, False, 'fp16' or 'bf16', got {amp!r}.")
     on_gpu = torch.device(device).type == "cuda" or bool(_EMULATED)
     if not on_gpu or amp is False:
         return None
     if isinstance(amp, str):
-        return _named(amp, "amp")
-    if amp is not None and amp is not True:
-        raise TypeError(f"amp must be None, True, False, 'fp16' or 'bf16', got {amp!r}.")
+        return named
     if _EMULATED:
         return _EMULATED[-1]
     return _named(os.environ.get(ENV, "") or "fp16", ENV)

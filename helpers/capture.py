@@ -252,6 +252,9 @@ def apply_policy(output: torch.Tensor, policy: str, num_prefix_tokens: int, num_
             if policy == "cls":
                 raise ValueError("This layer's output has no CLS token (it comes before the CLS token is added, e.g. "
                                  "patch_embed): use policy 'all', 'spatial' or 'mean' for it.")
+        if not 0 <= prefix < output.shape[1]:  # an empty slice of patch tokens gave (B, 0) rows without a word
+            raise ValueError(f"num_prefix_tokens={prefix} leaves no patch tokens in an output of {output.shape[1]} "
+                             "tokens: give the model's own model.num_prefix_tokens (1 for a CLS token, 0 for none).")
         if policy == "cls":
             if prefix == 0:
                 raise ValueError("This model has no CLS (prefix) token: use policy 'all', 'spatial' or 'mean'.")

@@ -184,9 +184,12 @@ def head_groups_cka(vit, cnn, images: ImageSet, head_groups: dict, cnn_layers, b
     heads = vit.blocks[block].attn.num_heads
     if not isinstance(head_groups, dict):
         raise TypeError(f"head_groups must be a dict {{label: [head indices]}}, got {type(head_groups).__name__}.")
-    bad = sorted({h for group in head_groups.values() for h in group if not 0 <= h < heads})
-    if bad or not head_groups or not all(head_groups.values()):
-        raise ValueError(f"head_groups must be non-empty lists of head indices 0..{heads - 1} of block {block}; got {head_groups}.")
+    bad = sorted({h for group in head_groups.values() for h in group
+                  if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or not 0 <= h < heads}, key=str)
+    repeated = any(len(set(group)) < len(group) for group in head_groups.values())  # a head counted twice in a group
+    if bad or repeated or not head_groups or not all(head_groups.values()):
+        raise ValueError(f"head_groups must be non-empty lists of distinct head indices 0..{heads - 1} of block {block}; "
+                         f"got {head_groups}.")
     capture = Capture(cnn, cnn_layers, transform=_gram_of_rows)
     accumulator = MinibatchCKA(list(head_groups), capture.labels)
     dtype = forward_dtype(next(cnn.parameters()).device, amp)

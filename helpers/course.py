@@ -49,21 +49,27 @@ def pick_device() -> torch.device:
     wanted = os.environ.get("COURSE_DEVICE", "").strip().lower()
     if not wanted:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return checked_device(wanted, "COURSE_DEVICE=", "set COURSE_DEVICE=cpu or unset it")
+
+
+def checked_device(wanted, what: str = "device=", instead: str = "use device='cpu' or leave it out") -> torch.device:
+    """`wanted` as a torch.device this machine has and the course can use; else a ValueError that says what to do.
+
+    what: how the setting is named in the message ('COURSE_DEVICE=' or 'device='); instead: the advice."""
     try:
         device = torch.device(wanted)
-    except RuntimeError:
-        raise ValueError(f"COURSE_DEVICE={wanted!r} is not a device: use 'cpu', 'cuda' or 'cuda:0' (or unset it to choose "
-                         "automatically).") from None
+    except (RuntimeError, TypeError):
+        raise ValueError(f"{what}{wanted!r} is not a device: use 'cpu', 'cuda' or 'cuda:0' ({instead}).") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"COURSE_DEVICE={wanted!r} but this machine has no CUDA GPU: set COURSE_DEVICE=cpu or unset it.")
+        raise ValueError(f"{what}{wanted!r} but this machine has no CUDA GPU: {instead}.")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ValueError(f"COURSE_DEVICE={wanted!r} but there are only {torch.cuda.device_count()} GPU(s): use cuda:0.")
+        raise ValueError(f"{what}{wanted!r} but there are only {torch.cuda.device_count()} GPU(s): use cuda:0.")
     if device.type == "mps":
         # CKA sums its pair products in float64 (helpers.minibatch_cka), and Apple's MPS has no float64
-        raise ValueError(f"COURSE_DEVICE={wanted!r}: Apple's MPS has no float64, which the course's CKA sums need. "
-                         "Set COURSE_DEVICE=cpu (the lite track runs in minutes on a Mac's CPU).")
+        raise ValueError(f"{what}{wanted!r}: Apple's MPS has no float64, which the course's CKA sums need: {instead} "
+                         "(the lite track runs in minutes on a Mac's CPU).")
     if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"COURSE_DEVICE={wanted!r}: the course runs on 'cpu' or 'cuda'.")
+        raise ValueError(f"{what}{wanted!r}: the course runs on 'cpu' or 'cuda'.")
     return device
 
 

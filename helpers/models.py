@@ -23,7 +23,8 @@ from urllib.parse import urlparse
 import torch
 
 from helpers import zoo
-from helpers.course import DATA_DIR, pick_device
+from helpers.course import DATA_DIR, checked_device, pick_device
+from helpers.guards import check_flag
 
 MODELS_DIR = DATA_DIR / "models"
 TRACK_ENV = "COURSE_TRACK"
@@ -413,6 +414,11 @@ def load(name: str, weights=None, pretrained: bool = True, device=None, **timm_k
     if not isinstance(name, str):
         raise TypeError(f"name must be a model name (a string such as 'lite-vit' or 'resnet50'), got {type(name).__name__}. "
                         "A model you already have needs no loading: pass the module itself.")
+    pretrained = check_flag(pretrained, "pretrained")  # "no" would have fetched the pretrained weights
+    device = checked_device(device) if device is not None else pick_device()  # before minutes of downloading
+    if weights is not None and not isinstance(weights, (str, os.PathLike)):
+        raise TypeError(f"weights must be the path of a .safetensors or .pth file, got {type(weights).__name__}. "
+                        "For a state dict you hold: model = load(name, pretrained=False); model.load_state_dict(sd).")
     if name in zoo.ZOO:
         ignored = [f"weights={weights!r}"] * (weights is not None) + [f"{k}=..." for k in timm_kwargs]
         if ignored:
@@ -427,8 +433,4 @@ def load(name: str, weights=None, pretrained: bool = True, device=None, **timm_k
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
         raise ValueError(f"Unknown model '{name}'.{hint} Lite models: {', '.join(zoo.ZOO)}; "
                          "any timm name works on the full track (timm.list_models()).")
-    try:
-        device = torch.device(device) if device is not None else pick_device()
-    except (RuntimeError, TypeError):
-        raise ValueError(f"device={device!r} is not a device: use 'cpu' or 'cuda' (or leave it out).") from None
     return model.eval().to(device)

@@ -482,3 +482,26 @@ def test_claim_effects_refuse_inputs_that_gave_a_number():
         with pytest.raises(ValueError, match=message):
             call()
     assert f2.accuracy_drop_half_width(0.9, 1000, 0.8, 1000) > 0 and f5.cut(["b0.norm1", "b0.attn"], 0) == 1
+
+
+def test_loading_and_capturing_refuse_arguments_that_were_taken_or_crashed(vit, resnet, images, tmp_path):
+    """models.load(pretrained='no') fetched the pretrained weights; a state dict as weights= and device='cuda:7' on
+    a machine without one raised raw torch errors (the device only after the model was built); amp='yes' passed on
+    the CPU and failed only on a GPU; a prefix count that leaves no patch tokens gave (B, 0) rows; a head twice
+    in a group of head_groups_cka was accepted."""
+    from helpers.capture import apply_policy
+    with pytest.raises(TypeError, match="pretrained must be True or False"):
+        models.load("lite-vit", pretrained="no")
+    with pytest.raises(TypeError, match="path of a .safetensors"):
+        models.load("resnet18", weights={"fc.weight": torch.zeros(1)})
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA GPU"):
+            models.load("lite-vit", device="cuda:7")
+    with pytest.raises(ValueError, match="amp='yes'"):
+        cka_matrix(vit, image_set("shapes", count=8), "blocks.0", amp="yes", progress=False)
+    for prefix in (5, 9):
+        with pytest.raises(ValueError, match="leaves no patch tokens"):
+            apply_policy(torch.randn(2, 5, 8), "spatial", prefix)
+    assert apply_policy(torch.randn(2, 5, 8), "spatial", 1).shape == (2, 32)
+    with pytest.raises(ValueError, match="distinct head indices"):
+        head_groups_cka(vit, resnet, image_set("shapes", count=8), {"a": [0, 0]}, ["layer1.0"])
