@@ -18,6 +18,14 @@ NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 OUTPUT_DIR = Path(os.environ.get("COURSE_OUTPUT_DIR") or REPO_ROOT / "outputs")
 
 
+def check_folder(path: Path, setting: str) -> Path:
+    """`path`, refused when it is a file: mkdir would raise a bare FileExistsError. setting: the variable that named it."""
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{setting}={path} is a file, not a folder: give a folder (it is created if it does not "
+                         "exist), or unset it for the default.")
+    return path
+
+
 def shown_path(path) -> str:
     """`path` relative to the repository when it lies inside it (so no machine's folders are printed), else as given."""
     try:
@@ -80,6 +88,7 @@ def start(seed: int = 0, quiet: bool = False) -> torch.device:
     """
     seed_everything(seed)
     device = pick_device()
+    check_folder(OUTPUT_DIR, "COURSE_OUTPUT_DIR")
     OUTPUT_DIR.mkdir(parents=True, exist_ok=True)  # COURSE_OUTPUT_DIR may name a new nested folder (on Drive, say)
     if not quiet:
         print(f"python {platform.python_version()} | torch {torch.__version__.split('+')[0]} | "

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import struct
 import time
@@ -45,7 +46,7 @@ from pathlib import Path
 
 import torch
 
-from helpers.course import OUTPUT_DIR
+from helpers.course import OUTPUT_DIR, check_folder
 from helpers.image_types import FileImages
 
 DIR_ENV = "COURSE_IMAGE_CACHE_DIR"
@@ -57,7 +58,7 @@ STALE_TEMP_SECONDS = 3600  # a temporary file this old belongs to a pass that di
 
 def cache_dir() -> Path:
     """Where the entries live: COURSE_IMAGE_CACHE_DIR, else outputs/cache/images (under COURSE_OUTPUT_DIR when set)."""
-    return Path(os.environ.get(DIR_ENV) or OUTPUT_DIR / "cache" / "images")
+    return check_folder(Path(os.environ.get(DIR_ENV) or OUTPUT_DIR / "cache" / "images"), DIR_ENV)
 
 
 def cap_bytes() -> int:
@@ -67,7 +68,7 @@ def cap_bytes() -> int:
         gb = DEFAULT_GB if not text else float(text)
     except ValueError:
         gb = -1.0
-    if not gb >= 0:  # also NaN
+    if not 0 <= gb < math.inf:  # also NaN; inf was an OverflowError
         raise ValueError(f"{CAP_ENV}={text!r}: give the image cache's size in GB (e.g. 5, or 0 to turn it off).")
     return int(gb * 1e9)
 

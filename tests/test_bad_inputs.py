@@ -231,6 +231,23 @@ def test_a_nested_new_output_folder_is_made(tmp_path, monkeypatch):
     assert nested.is_dir()
 
 
+def test_folders_and_sizes_from_the_environment_are_checked(tmp_path, monkeypatch):
+    """A file as COURSE_OUTPUT_DIR or COURSE_IMAGE_CACHE_DIR raised a bare FileExistsError; COURSE_IMAGE_CACHE_GB=inf
+    an OverflowError."""
+    from helpers import course, image_cache
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("")
+    monkeypatch.setattr(course, "OUTPUT_DIR", a_file)
+    with pytest.raises(ValueError, match="COURSE_OUTPUT_DIR=.* is a file"):
+        course.start(quiet=True)
+    monkeypatch.setenv(image_cache.DIR_ENV, str(a_file))
+    with pytest.raises(ValueError, match="COURSE_IMAGE_CACHE_DIR=.* is a file"):
+        image_cache.cache_dir()
+    monkeypatch.setenv(image_cache.CAP_ENV, "inf")
+    with pytest.raises(ValueError, match="size in GB"):
+        image_cache.cap_bytes()
+
+
 # ---------------------------------------------------------------- state and records
 
 
