@@ -8,6 +8,7 @@ compares it with the reference in helpers.cka.
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from helpers import cka as reference
 from helpers.effects import mixer, structure
@@ -54,13 +55,32 @@ def _compare(name, yours, expected, case, atol=1e-8, rtol=1e-6):
             f"  yours    (start): {np.round(yours.ravel()[:4], 4)}")
 
 
+def _call_on_copies(name, fn, case, args):
+    """fn(*args) on copies of the array arguments; an AssertionError that names the slip when fn changed them.
+
+    A function that writes into its input (X -= X.mean(0)) changes the caller's data, and the reference,
+    computed after it on the same arrays, would have agreed with a wrong answer."""
+    copies = [a.copy() if isinstance(a, np.ndarray) else a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    yours = fn(*copies)
+    for i, (given, after) in enumerate(zip(args, copies)):
+        if isinstance(given, (np.ndarray, torch.Tensor)) and not np.array_equal(np.asarray(given), np.asarray(after),
+                                                                                   equal_nan=True):
+            raise AssertionError(f"{name} on '{case}': your function changed its input (argument {i + 1}) in place, so "
+                                 "the caller's data changed too. Work on a new array: X = X - X.mean(0), not X -= "
+                                 "X.mean(0).")
+    return yours
+
+
 def _run(exercise, cases, fn, reference_fn, name=None, atol=1e-8, source="helpers.cka", rtol=1e-6):
     """Compare fn(*args) with reference_fn(*args) on every (description, args) case.
 
     On a failure, the answers are compared with the usual wrong ones (helpers.slips): a known slip is
     named with its fix; anything else keeps the case and the numbers."""
     name = name or exercise
-    answers = [fn(*args) for _, args in cases]
+    if not callable(fn):  # check_gram_linear(gram_linear(X)) instead of check_gram_linear(gram_linear)
+        raise TypeError(f"The check of {name} takes your function itself (pass `{name}`, not `{name}(...)`), not "
+                        f"what it returned (a {type(fn).__name__}).")
+    answers = [_call_on_copies(name, fn, case, args) for case, args in cases]
     try:
         for (case, args), yours in zip(cases, answers):
             _compare(name, yours, reference_fn(*args), case, atol, rtol)

@@ -145,3 +145,22 @@ def test_checks_of_notebooks_07_to_15_pass_the_course_and_catch_slips(capsys):
     with pytest.raises(AssertionError, match="block 0"):  # the attention branch left out of u
         exercises.check_mlp_ratio(lambda block, z: (z.norm(dim=-1) / block.ls2(block.mlp(block.norm2(z))).norm(dim=-1)).mean(0),
                                   vit, x)
+
+
+def test_a_function_that_changes_its_input_or_a_result_in_place_of_the_function_is_named():
+    """A gram_linear that zeroed X in place passed (the reference, computed after it on the same array, was zero
+    too); check_gram_linear(5), the result instead of the function, was Python's 'int object is not callable'."""
+    import numpy as np
+    import pytest
+
+    from helpers import exercises
+
+    def centres_in_place(X):
+        X -= X.mean(0)
+        return X @ X.T
+
+    with pytest.raises(AssertionError, match="changed its input .* in place"):
+        exercises.check_gram_linear(centres_in_place)
+    with pytest.raises(TypeError, match="takes your function itself"):
+        exercises.check_gram_linear(np.eye(3))
+    exercises.check_gram_linear(lambda X: X @ X.T)  # a right answer still passes
