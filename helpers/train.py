@@ -238,7 +238,8 @@ def _bad_argument(args) -> str:
     most = max(2, os.cpu_count() or 1)  # the default, 2, stays valid on a 1-core machine
     if args.steps is not None and args.steps < 1:
         return f"--steps {args.steps}: give at least 1 training step (or leave it out for the recipe's)."
-    recipe, width = zoo.ZOO[args.name], zoo.ZOO[args.name].vit["embed_dim"]
+    recipe = zoo.ZOO[args.name]
+    width = recipe.vit["embed_dim"]
     if args.heads is not None and recipe.arch == "vit" and (args.heads < 1 or width % args.heads):
         divisors = [h for h in range(1, width + 1) if width % h == 0]
         return f"--heads {args.heads}: the lite ViT's width {width} must split into equal heads; give one of {divisors}."
