@@ -70,6 +70,10 @@ def worker_count(images) -> int:
         if not text.isdigit():
             raise ValueError(f"{WORKERS_ENV}={text!r}: give a whole number of decoding threads (0 = decode in the "
                              "calling thread), or unset it for the default.")
+        most = max(MAX_DEFAULT_WORKERS, 4 * cpu_count())  # beyond a few per core, threads only add memory and switching
+        if int(text) > most:
+            raise ValueError(f"{WORKERS_ENV}={text}: at most {most} decoding threads on this machine's {cpu_count()} "
+                             "core(s). Unset it for the default (one per core, at most 4).")
         return int(text)
     cores = cpu_count()
     return 0 if cores <= 1 else min(MAX_DEFAULT_WORKERS, cores)

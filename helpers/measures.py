@@ -284,7 +284,11 @@ def rsa_vector(K: np.ndarray) -> np.ndarray:
     upper = np.triu_indices(n, k=1)
     r = ranks(np.sqrt(np.clip(diagonal[:, None] + diagonal[None, :] - 2 * K, 0, None))[upper])
     r = r - r.mean()
-    return r / np.linalg.norm(r)
+    norm = np.linalg.norm(r)
+    if norm == 0:  # the same rule as spearman(): a unit vector of zeros would be NaN, a silent number later
+        raise ValueError("every pair of examples is equally far apart (every rank of the RDM tied): RSA is undefined. "
+                         "Check the layer (it may not depend on the input), or leave it out.")
+    return r / norm
 
 
 def knn_matrix(K: np.ndarray, k: int) -> np.ndarray:

@@ -59,6 +59,9 @@ class CKAMatrix:
         self.values = np.asarray(self.values, dtype=np.float64)
         if self.values.shape != (len(self.rows), len(self.cols)):
             raise ValueError(f"values have shape {self.values.shape} but there are {len(self.rows)} row and {len(self.cols)} column names.")
+        if not np.isfinite(self.values).all():  # argmax and max read NaN as the best match: a silent wrong pick
+            raise ValueError(f"values hold {int((~np.isfinite(self.values)).sum())} NaN or inf entries: a CKA matrix has a "
+                             "number for every pair of layers. Recompute the missing pairs, or leave those layers out.")
 
     def __repr__(self):
         return (f"CKAMatrix({len(self.rows)} x {len(self.cols)}, {self.estimator}, "

@@ -522,3 +522,16 @@ def test_loading_and_capturing_refuse_arguments_that_were_taken_or_crashed(vit, 
     assert apply_policy(torch.randn(2, 5, 8), "spatial", 1).shape == (2, 32)
     with pytest.raises(ValueError, match="distinct head indices"):
         head_groups_cka(vit, resnet, image_set("shapes", count=8), {"a": [0, 0]}, ["layer1.0"])
+
+
+def test_a_matrix_with_holes_and_an_rdm_of_ties_are_refused():
+    """CKAMatrix took NaN values, and argmax read a NaN as the best match; rsa_vector of a layer whose images are all
+    equally far apart (the report's RSA path) gave a vector of NaN, where rsa() already refused."""
+    from helpers import measures
+    with pytest.raises(ValueError, match="1 NaN or inf"):
+        CKAMatrix(np.array([[0.5, np.nan]]), ["a"], ["c", "d"])
+    constant = np.ones((12, 12))
+    with pytest.raises(ValueError, match="every rank of the RDM tied"):
+        measures.rsa_vector(constant)
+    X = np.random.default_rng(0).normal(size=(12, 3))
+    assert measures.rsa_vector(X @ X.T) @ measures.rsa_vector(X @ X.T) == pytest.approx(1.0)

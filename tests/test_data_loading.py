@@ -187,6 +187,12 @@ def test_worker_count_rules(monkeypatch, folder):
     monkeypatch.setenv(loading.WORKERS_ENV, "-1")
     with pytest.raises(ValueError, match="COURSE_WORKERS"):
         loading.worker_count(files)
+    monkeypatch.setattr(loading, "cpu_count", lambda: 2)
+    monkeypatch.setenv(loading.WORKERS_ENV, "8")  # 4 per core: still taken
+    assert loading.worker_count(files) == 8
+    monkeypatch.setenv(loading.WORKERS_ENV, "1000")  # started 1,000 threads
+    with pytest.raises(ValueError, match="at most 8 decoding threads"):
+        loading.worker_count(files)
     assert pickle.loads(pickle.dumps(files.get)).paths == files.get.paths  # file sets can go to another process
 
 
