@@ -7,6 +7,7 @@ switches the explicit path on for the duration of the call and restores the mode
 
 from __future__ import annotations
 
+import numbers
 from contextlib import contextmanager
 
 import numpy as np
@@ -40,6 +41,9 @@ def check_image_batch(images) -> None:
     if images.ndim != 4 or not images.is_floating_point():
         raise ValueError(f"images must be a (B, 3, H, W) float tensor of preprocessed images, got shape "
                          f"{tuple(images.shape)} {images.dtype}. Use helpers.data.batches(image_set, model).")
+    if not torch.isfinite(images.sum()) and not torch.isfinite(images).all():  # NaN pixels gave maps of NaN
+        raise ValueError(f"images hold {int((~torch.isfinite(images)).sum())} NaN or inf values. Check how they were "
+                         "made (helpers.data.batches gives finite, normalised images).")
 
 
 def _check_vit(model) -> None:
@@ -101,7 +105,8 @@ def _check_blocks(blocks, available: int) -> int:
 
 def patch_distances(grid: int, patch_size: int) -> torch.Tensor:
     """(grid*grid, grid*grid) distances in pixels between patch centres, row-major patch order."""
-    if not grid >= 1 or not patch_size > 0:  # 0 px patches gave every head a distance of 0, a 0 grid gave NaN
+    whole = isinstance(grid, numbers.Integral) and not isinstance(grid, bool)  # a 2.5 grid gave a 2x2 one
+    if not whole or not grid >= 1 or not patch_size > 0:  # 0 px patches gave every head a distance of 0, a 0 grid NaN
         raise ValueError(f"grid={grid}, patch_size={patch_size}: give the patch grid's side (at least 1) and the patch "
                          "size in pixels (model.patch_embed.patch_size, e.g. 16).")
     rc = torch.stack(torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij"), -1).reshape(-1, 2)

@@ -31,7 +31,9 @@ def save_figure(fig, name: str, folder=None):
     from pathlib import Path
     from helpers.course import OUTPUT_DIR
 
-    if not name or any(c in name for c in "/\\") or Path(name).suffix:
+    if not hasattr(fig, "savefig"):
+        raise TypeError(f"save_figure needs a matplotlib Figure (fig, ax = plt.subplots()), got {type(fig).__name__}.")
+    if not isinstance(name, str) or not name or any(c in name for c in "/\\") or Path(name).suffix:
         raise ValueError(f"Give a plain file name without folder or extension (got '{name}'); PNG and PDF are both written.")
     folder = Path(folder) if folder is not None else OUTPUT_DIR / "figures"
     folder.mkdir(parents=True, exist_ok=True)
@@ -49,6 +51,13 @@ def heatmap(values, rows=None, cols=None, ax=None, title="", xlabel="", ylabel="
     Returns the matplotlib Axes.
     """
     values = np.asarray(values)
+    if values.ndim != 2 or 0 in values.shape:
+        raise ValueError(f"values must be a non-empty (rows, columns) matrix, got shape {values.shape}. "
+                         "For one row of numbers, pass values[None].")
+    for labels, size, axis in ((rows, values.shape[0], "rows"), (cols, values.shape[1], "cols")):
+        if labels is not None and len(labels) != size:
+            raise ValueError(f"{len(labels)} labels for the {axis} of a matrix of shape {values.shape}: give one label "
+                             f"per {'row' if axis == 'rows' else 'column'}, or None.")
     if ax is None:
         _, ax = plt.subplots()
     image = ax.imshow(values, origin="lower", cmap=CMAP, vmin=vmin, vmax=vmax, aspect="auto",
@@ -70,6 +79,9 @@ def heatmap(values, rows=None, cols=None, ax=None, title="", xlabel="", ylabel="
 
 def cka_heatmap(result, ax=None, title=None, xlabel="model B layer", ylabel="model A layer", **kwargs):
     """Heatmap of a helpers.minibatch_cka.CKAMatrix with its layer names on the axes."""
+    if not all(hasattr(result, a) for a in ("values", "rows", "cols", "n_examples", "n_batches")):
+        raise TypeError(f"cka_heatmap draws a CKAMatrix (what cka_matrix returns), got {type(result).__name__}. "
+                        "For a plain array use plots.heatmap(values, rows, cols).")
     if title is None:
         title = f"CKA ({result.n_examples} images, {result.n_batches} batches)"
     return heatmap(result.values, result.rows, result.cols, ax=ax, title=title,

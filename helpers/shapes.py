@@ -20,6 +20,8 @@ import math
 import numpy as np
 import torch
 
+from helpers.guards import check_int
+
 CLASS_NAMES = ("disk", "ring", "square", "frame", "triangle", "plus", "cross", "half-disk", "bars", "crescent")
 IMAGE_SIZE = 32
 N_TRAIN = 50_000
@@ -127,7 +129,11 @@ def render(indices, seed: int = DEFAULT_SEED, variant: str = "standard") -> tupl
     indices: sequence of ints. variant: one of VARIANTS. Returns images (B, 3, 32, 32) uint8 and labels (B,) int64.
     """
     check_variant(variant)
-    indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+    given = np.asarray(indices).reshape(-1)
+    if given.dtype.kind not in "iu" and not (given.dtype.kind == "f" and np.all(given == np.round(given))):
+        raise ValueError(f"indices must be whole image numbers, got {given.dtype} values such as {given[:3].tolist()} "
+                         "(0.5 was read as image 0).")
+    indices = given.astype(np.int64)
     if len(indices) and (indices.min() < 0 or indices.max() >= N_TRAIN + N_TEST):
         raise IndexError(f"Shape image indices run from 0 to {N_TRAIN + N_TEST - 1}; got {indices.min()}..{indices.max()}.")
     p = torch.from_numpy(uniforms(seed, indices)).float()
@@ -191,7 +197,7 @@ def load_split(split: str, fraction: float = 1.0, count: int | None = None, seed
                batch: int = 1000, variant: str = "standard") -> tuple[torch.Tensor, torch.Tensor]:
     """Render a whole split (or its first `count` images) as uint8 images (N, 3, 32, 32) and labels (N,)."""
     indices = split_indices(split, fraction)
-    if count is not None:
-        indices = indices[:count]
+    if count is not None:  # -1 read all but the last image, 0 failed in torch.cat
+        indices = indices[:check_int(count, "count", 1, "Give how many images to render, or None for the whole split.")]
     parts = [render(indices[s:s + batch], seed, variant) for s in range(0, len(indices), batch)]
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])

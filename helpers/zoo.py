@@ -8,6 +8,7 @@ helpers.train trains it; helpers.models.load loads the bundled weights.
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import asdict, dataclass, field, replace
 
@@ -19,6 +20,7 @@ from timm.models.resnet import BasicBlock, ResNet
 from timm.models.vision_transformer import Block, VisionTransformer
 
 from helpers import shapes
+from helpers.guards import check_int
 
 # Normalisation of the lite models' inputs, stored in each model's pretrained_cfg so that
 # timm's resolve_data_config reads it exactly as it reads a hub model's.
@@ -127,7 +129,8 @@ def sincos_2d(grid: int, dim: int, scale: str = "grid") -> torch.Tensor:
     scale="10000": the frequencies of sequence models (base 10000, as in MAE); on an 8 x 8 grid most
     channels are almost constant, and positions 7 patches apart still have similarity 0.7.
     """
-    if dim % 4:
+    check_int(grid, "grid", 1, "Give the patch grid's side, e.g. 8 for 32 px images in 4 px patches.")
+    if check_int(dim, "dim", 4) % 4:
         raise ValueError(f"embed_dim must be divisible by 4 for 2-D sin-cos embeddings, got {dim}.")
     n = dim // 4
     steps = torch.arange(n, dtype=torch.float64)
@@ -203,7 +206,15 @@ BUILDERS = {"vit": build_vit, "resnet": build_resnet, "mixer": build_mixer, "eff
 
 def build(name_or_recipe) -> torch.nn.Module:
     """An untrained lite model, by zoo name ('lite-vit') or Recipe, with its data config attached."""
-    recipe = ZOO[name_or_recipe] if isinstance(name_or_recipe, str) else name_or_recipe
+    if isinstance(name_or_recipe, str):
+        if name_or_recipe not in ZOO:
+            close = difflib.get_close_matches(name_or_recipe, list(ZOO), n=3, cutoff=0.5)
+            raise KeyError(f"No lite model {name_or_recipe!r}" + (f"; did you mean {', '.join(close)}?" if close else ".")
+                           + f" The zoo has: {', '.join(ZOO)}.")
+        name_or_recipe = ZOO[name_or_recipe]
+    if not isinstance(name_or_recipe, Recipe):
+        raise TypeError(f"build takes a zoo name such as 'lite-vit' or a zoo.Recipe, got {type(name_or_recipe).__name__}.")
+    recipe = name_or_recipe
     model = BUILDERS[recipe.arch](getattr(recipe, recipe.arch))
     model.pretrained_cfg = dict(input_size=(3, shapes.IMAGE_SIZE, shapes.IMAGE_SIZE), mean=LITE_MEAN, std=LITE_STD,
                                 interpolation="bilinear", crop_pct=1.0, num_classes=len(shapes.CLASS_NAMES))

@@ -535,3 +535,39 @@ def test_a_matrix_with_holes_and_an_rdm_of_ties_are_refused():
         measures.rsa_vector(constant)
     X = np.random.default_rng(0).normal(size=(12, 3))
     assert measures.rsa_vector(X @ X.T) @ measures.rsa_vector(X @ X.T) == pytest.approx(1.0)
+
+
+def test_figures_attention_residuals_shapes_and_the_zoo_name_the_mistake(vit):
+    """Each gave a raw library error or a silent number: heatmap of a 1-D or 3-D array (matplotlib's 'Invalid shape')
+    or with too few labels (IndexError); cka_heatmap of an array (AttributeError); attention maps of NaN images (maps
+    of NaN); patch_distances(2.5) (a 2x2 grid); resnet_norm_ratios of NaN images (NaN ratios, where the ViT's refused);
+    shapes.render([0.5]) (image 0), load_split(count=-1) (all but the last image) and count=0 (torch.cat's error);
+    sincos_2d(0, 8) (an empty table); zoo.build('lite-vitt') (a bare KeyError)."""
+    import matplotlib
+    matplotlib.use("agg")
+    from helpers import attention, plots, residuals, shapes, zoo
+    for values, labels in ((np.ones(3), None), (np.ones((2, 2, 2)), None), (np.zeros((0, 0)), None)):
+        with pytest.raises(ValueError, match="matrix"):
+            plots.heatmap(values, rows=labels)
+    with pytest.raises(ValueError, match="1 labels for the rows"):
+        plots.heatmap(np.eye(2), rows=["a"])
+    with pytest.raises(TypeError, match="CKAMatrix"):
+        plots.cka_heatmap(np.eye(2))
+    images = torch.full((2, 3, 32, 32), float("nan"))
+    with pytest.raises(ValueError, match="NaN or inf"):
+        attention.attention_maps(vit, images)
+    with pytest.raises(ValueError, match="grid=2.5"):
+        attention.patch_distances(2.5, 4)
+    resnet = models.load("lite-resnet")
+    with pytest.raises(ValueError, match="NaN or inf"):
+        residuals.resnet_norm_ratios(resnet, images)
+    with pytest.raises(ValueError, match="whole image numbers"):
+        shapes.render([0.5])
+    assert shapes.render(np.array([3.0]))[1].tolist() == shapes.render([3])[1].tolist()  # whole floats still read
+    for count in (0, -1):
+        with pytest.raises(ValueError, match="count"):
+            shapes.load_split("test", count=count)
+    with pytest.raises(ValueError, match="grid"):
+        zoo.sincos_2d(0, 8)
+    with pytest.raises(KeyError, match="did you mean lite-vit"):
+        zoo.build("lite-vitt")
