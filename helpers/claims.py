@@ -104,6 +104,8 @@ SAMENESS = frozenset({"F4.6", "F8.2", "F8.3", "F8.4", "F9.1"})
 
 def claims_of(notebook: str) -> list:
     """The claim numbers judged in `notebook` ('06'), in order."""
+    if not (isinstance(notebook, str) and len(notebook) == 2 and notebook.isdigit()):  # '07_vit_vs_resnet' gave []
+        raise ValueError(f"notebook must be a notebook's two-digit number such as '07', got {notebook!r}.")
     return [c for c, claim in CLAIMS.items() if claim.notebook == notebook]
 
 

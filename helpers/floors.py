@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from helpers.guards import check_int
 from helpers.verdicts import FLOOR_MIN, check_floor_seeds
 
 FLOOR_SEEDS = tuple(range(FLOOR_MIN))  # 0..4: draw 0 is the seed-0 models' starting weights
@@ -27,6 +28,7 @@ FLOOR_SEEDS = tuple(range(FLOOR_MIN))  # 0..4: draw 0 is the seed-0 models' star
 def untrained(name: str, seed: int, device=None, **kwargs) -> torch.nn.Module:
     """Model `name` with the random weights of seed `seed` (as helpers.train starts it), global RNG untouched."""
     from helpers import models
+    check_int(seed, "seed", 0, "Give the torch seed of the draw, e.g. one of helpers.floors.FLOOR_SEEDS.")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return models.load(name, pretrained=False, device=device, **kwargs)
@@ -37,6 +39,8 @@ def untrained_draws(names: dict, seeds=FLOOR_SEEDS, device=None):
 
     names: {key: model name}, e.g. {"resnet": "lite-resnet", "vit": "lite-vit"}. Models are built one draw
     at a time, so only one draw's models are in memory."""
+    if not isinstance(names, dict) or not names:
+        raise ValueError(f"names must be a non-empty dict {{key: model name}}, e.g. {{'vit': 'lite-vit'}}; got {names!r}.")
     for seed in check_floor_seeds(seeds):  # checked before any model is built
         yield seed, {key: untrained(name, seed, device) for key, name in names.items()}
 
@@ -54,6 +58,10 @@ def floor_effects(effects_of, draws) -> FloorDraws:
     values, seeds = {}, []
     for seed, models in draws:
         seeds.append(seed)
-        for claim, effect in effects_of(models).items():
+        effects = effects_of(models)
+        if not isinstance(effects, dict):
+            raise TypeError(f"effects_of must return {{claim: effect}} for a draw, e.g. {{'F1.1': 0.12}}; got "
+                            f"{type(effects).__name__}.")
+        for claim, effect in effects.items():
             values.setdefault(claim, []).append(float(effect))
-    return FloorDraws(values, seeds)
+    return FloorDraws(values, check_floor_seeds(seeds))  # a floor of fewer than 5 draws is not one

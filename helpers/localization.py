@@ -19,6 +19,7 @@ it refuses, after one batch, a capture larger than `max_gib` (4 GiB unless told 
 from __future__ import annotations
 
 import difflib
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,6 +91,8 @@ def _check_layers(model, layers) -> list:
             close = difflib.get_close_matches(layer, names, n=4, cutoff=0.5)
             hint = f" Did you mean: {', '.join(close)}?" if close else " List them with [n for n, _ in model.named_modules()]."
             raise ValueError(f"No module named '{layer}' in {type(model).__name__}.{hint}")
+    if not layers:  # said "No images were given"
+        raise ValueError("layers is empty: name at least one module, e.g. ['blocks.5'] or ['layer4.1'].")
     if len(set(layers)) != len(layers):
         raise ValueError(f"Layers {layers} name a module twice. Give each layer once.")
     return layers
@@ -123,6 +126,10 @@ def capture_tokens(model, images, layers, batch_size: int = 256, pool_to=None, d
     (a clear error instead of a machine that runs out of memory hours in); raise it if you have the RAM.
     """
     layers = _check_layers(model, layers)
+    if not max_gib > 0:  # NaN compared False with every size: no limit at all
+        raise ValueError(f"max_gib must be a positive number of GiB, got {max_gib}.")
+    if pool_to is not None and not (len(pool_to) == 2 and all(isinstance(k, numbers.Integral) and k >= 1 for k in pool_to)):
+        raise ValueError(f"pool_to must be (rows, cols), two whole numbers of at least 1, e.g. (2, 2); got {pool_to!r}.")
     device = device or next(iter(model.parameters()), torch.empty(0)).device  # a model without weights: CPU
     prefix = int(getattr(model, "num_prefix_tokens", 0))
     modules = dict(model.named_modules())
@@ -402,6 +409,9 @@ def localization_scores(maps, grid) -> dict:
 
 def summarise(scores: dict) -> dict:
     """Per kind of position (and 'all'): share of tokens whose own patch is the peak, mean contrast, mean margin, mean ratio."""
+    missing = {"own", "rank", "contrast", "margin", "ratio", "border_preference", "kinds"} - set(scores)
+    if missing:
+        raise ValueError(f"scores lacks {sorted(missing)}: give what localization_scores(maps, grid) returns.")
     summary = {}
     for kind in ("all",) + KINDS:
         mask = np.ones(len(scores["own"]), bool) if kind == "all" else scores["kinds"] == kind

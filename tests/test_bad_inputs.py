@@ -571,3 +571,33 @@ def test_figures_attention_residuals_shapes_and_the_zoo_name_the_mistake(vit):
         zoo.sincos_2d(0, 8)
     with pytest.raises(KeyError, match="did you mean lite-vit"):
         zoo.build("lite-vitt")
+
+
+def test_floors_claims_and_token_captures_name_the_mistake(vit):
+    """Each gave a silent result or a raw error: untrained(name, -1), (1.5) and ('0') built a model (torch took the
+    seed as given); untrained_draws({}) yielded five empty draws; floor_effects over no draws gave an empty floor, and
+    an effects_of that returned a number an AttributeError; claims_of('07_vit_vs_resnet') and claims_of(7) gave [];
+    capture_tokens with no layers said 'No images were given', with max_gib=nan had no limit, with pool_to=(0, 0)
+    gave empty tokens and with pool_to=(3,) torch's error; summarise({}) a KeyError."""
+    from helpers import claims, floors, localization
+    for seed, error in ((-1, ValueError), (1.5, TypeError), ("0", TypeError)):
+        with pytest.raises(error, match="seed"):
+            floors.untrained("lite-vit", seed)
+    with pytest.raises(ValueError, match="non-empty dict"):
+        next(floors.untrained_draws({}))
+    with pytest.raises(ValueError, match="at least 5 untrained draws"):
+        floors.floor_effects(lambda m: {"F1.1": 0.1}, [])
+    with pytest.raises(TypeError, match="must return"):
+        floors.floor_effects(lambda m: 0.1, [(s, None) for s in range(5)])
+    assert floors.floor_effects(lambda m: {"F1.1": m}, [(s, s / 10) for s in range(5)])["F1.1"] == [0, 0.1, 0.2, 0.3, 0.4]
+    for notebook in ("07_vit_vs_resnet", 7):
+        with pytest.raises(ValueError, match="two-digit"):
+            claims.claims_of(notebook)
+    assert claims.claims_of("16") == [] and claims.claims_of("06")
+    images = torch.zeros(4, 3, 32, 32)
+    for kwargs, message in (({"layers": []}, "layers is empty"), ({"layers": ["blocks.0"], "max_gib": float("nan")}, "max_gib"),
+                            ({"layers": ["blocks.0"], "pool_to": (0, 0)}, "pool_to"), ({"layers": ["blocks.0"], "pool_to": (3,)}, "pool_to")):
+        with pytest.raises(ValueError, match=message):
+            localization.capture_tokens(vit, images, **kwargs)
+    with pytest.raises(ValueError, match="localization_scores"):
+        localization.summarise({})
