@@ -216,6 +216,8 @@ def image_set(source: str, count: int | None = None, split: str = "test", downlo
     if not isinstance(source, (str, os.PathLike)):
         hint = " For a uint8 tensor of images use helpers.data.tensor_set(images, labels)." if isinstance(source, (torch.Tensor, np.ndarray)) else ""
         raise TypeError(f"source must be 'shapes', 'imagenette', 'cifar10' or a folder path, got {type(source).__name__}.{hint}")
+    if not str(source).strip():  # Path("") is the current folder: every image under it would be read
+        raise ValueError("source is empty: give 'shapes', 'imagenette', 'cifar10' or a folder path.")
     if source == "shapes":
         return _shapes_set(count, split)
     if source in ("imagenette", "cifar10"):

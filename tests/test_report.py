@@ -296,6 +296,19 @@ def test_layers_whose_hooks_never_fire_are_bad_input_not_a_crash(tmp_path, capsy
     assert "never fired" in error and "attn_drop" in error and "leave those modules out of --layers-a" in error
 
 
+@pytest.mark.parametrize("argv, named", [
+    (["--layers-b", "blocks.0.0,blocks.0.0"], ["--layers-b", "given twice"]),
+    (["--layers-b", "nope"], ["--layers-b nope", "No module named 'nope' in EfficientNet"]),
+    (["--policy-b", "cls"], ["--policy-b cls", "model B ('lite-efficientnet'", "no CLS token"]),
+    (["--images", ""], ["--images", "source is empty"])])
+def test_layers_policies_and_images_are_checked_before_anything_runs(argv, named, tmp_path, capsys):
+    """A layer of B given twice or misspelt, and --policy-b cls on a CNN, failed only once the CKA parts had begun, with
+    an error about 'Model A (layers_a=...)'; --images '' read every image under the current folder."""
+    error = _error(argv + ["--count", "64", "--out", str(tmp_path)], capsys)
+    assert all(part in error for part in named), error
+    assert "layers_a" not in error and not (tmp_path / "cache").exists()
+
+
 def test_an_empty_out_is_refused_not_the_current_folder(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # --out "" wrote the whole report (and its cache) into the current folder
     assert "--out is empty" in _error(["--out", ""], capsys)

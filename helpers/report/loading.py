@@ -19,6 +19,22 @@ def load_model(name: str, which: str, weights=None):
         raise ReportError(f"Model {which} ('{name}'): {error}") from None
 
 
+def check_layers_and_policy(settings: Settings, which: str, model) -> None:
+    """--layers-X resolves in model X (names exist, none twice), and --policy-X cls needs a CLS token: checked
+    before any part is computed, the error naming the option."""
+    from helpers.capture import resolve
+    from helpers.report.settings import layers_arg
+
+    name, layers, policy = (getattr(settings, f"{key}_{which}") for key in ("model", "layers", "policy"))
+    try:
+        resolve(model, layers_arg(layers) if isinstance(layers, str) else layers)
+    except (ValueError, TypeError) as error:
+        raise ReportError(f"--layers-{which} {layers}: {error}") from None
+    if policy == "cls" and not getattr(model, "num_prefix_tokens", 0):
+        raise ReportError(f"--policy-{which} cls: model {which.upper()} ('{name}', {type(model).__name__}) has no CLS "
+                          "token. Use all, spatial or mean.")
+
+
 def load_images(settings: Settings):
     """The image set of --images/--count; an empty or missing folder is a ReportError that says what to do."""
     from helpers.data import image_set
@@ -80,6 +96,8 @@ def load_inputs(settings: Settings):
         raise ReportError(f"--attention-count {settings.attention_count}: attention distances need at least 1 image "
                           "(the default is 256); to leave them out, use --attention none.")
     model_a, model_b = load_model(settings.model_a, "A", settings.weights_a), load_model(settings.model_b, "B", settings.weights_b)
+    for which, model in (("a", model_a), ("b", model_b)):  # both failed mid-run, naming model A for either
+        check_layers_and_policy(settings, which, model)
     plan = attention_plan(settings, model_a, model_b)
     # under torchrun process 0 downloads and extracts the images alone, then the others read its folder
     images = main_first(world(), lambda: load_images(settings), f"Loading --images {settings.images}")
