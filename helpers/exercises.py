@@ -7,6 +7,8 @@ compares it with the reference in helpers.cka.
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 import torch
 
@@ -43,7 +45,14 @@ def _gram_cases(seed: int) -> list:
 def _compare(name, yours, expected, case, atol=1e-8, rtol=1e-6):
     if yours is None:
         raise AssertionError(f"{name} on '{case}': your function returned None. Did you forget the `return`?")
-    yours = np.asarray(yours, dtype=float)
+    if not isinstance(yours, (np.ndarray, torch.Tensor, list, tuple, numbers.Real, np.generic)) or (
+            isinstance(yours, tuple) and not isinstance(expected, tuple)):
+        raise AssertionError(f"{name} on '{case}': your function returned a {type(yours).__name__}; return "
+                             f"{'a number' if np.ndim(expected) == 0 else 'an array'}, as the exercise asks.")
+    try:
+        yours = np.asarray(yours.detach().cpu() if isinstance(yours, torch.Tensor) else yours, dtype=float)
+    except (TypeError, ValueError):  # a ragged list, or a list of strings
+        raise AssertionError(f"{name} on '{case}': your function's answer is not an array of numbers.") from None
     expected = np.asarray(expected, dtype=float)
     if yours.shape != expected.shape:
         raise AssertionError(f"{name} on '{case}': expected shape {expected.shape}, got {yours.shape}.")
@@ -407,7 +416,10 @@ def reference_block_structure(values) -> dict:
 def block_structure_answer(case: str, yours, expected: dict) -> None:
     """Raise AssertionError unless `yours` (a dict, or the grader's arrays) gives `expected`'s split and scores.
     Shared by the notebook's check and the grader (helpers.grade.cases)."""
-    missing = [key for key in expected if key not in (yours or {})]
+    if not hasattr(yours, "keys"):  # a list has no keys: "your dict has no ..." misread it
+        raise AssertionError(f"{case}: your function returned {'None' if yours is None else 'a ' + type(yours).__name__}; "
+                             "return a dict with split, contrast, within and between.")
+    missing = [key for key in expected if key not in yours]
     if missing:
         raise AssertionError(f"{case}: your dict has no {missing}; return split, contrast, within and between.")
     if int(yours["split"]) != expected["split"]:

@@ -164,3 +164,26 @@ def test_a_function_that_changes_its_input_or_a_result_in_place_of_the_function_
     with pytest.raises(TypeError, match="takes your function itself"):
         exercises.check_gram_linear(np.eye(3))
     exercises.check_gram_linear(lambda X: X @ X.T)  # a right answer still passes
+
+
+def test_an_answer_that_is_not_a_number_or_an_array_is_named():
+    """A string, dict, tuple or generator as the answer gave numpy's 'could not convert string to float' or
+    'float() argument must be ...' (a str '0.5' was even read as the number 0.5); a list from block_structure
+    was told 'your dict has no [...]'. Each check now says what was returned and what to return."""
+    import numpy as np
+    import pytest
+    import torch
+
+    from helpers import exercises
+
+    for wrong, what in (("0.5", "a str; return a number"), ({"hsic": 1.0}, "a dict; return a number"),
+                        ((1.0, 2.0), "a tuple; return a number"), ((x for x in "ab"), "a generator")):
+        with pytest.raises(AssertionError, match=what):
+            exercises.check_hsic(lambda K, L, wrong=wrong: wrong)
+    with pytest.raises(AssertionError, match="not an array of numbers"):
+        exercises.check_gram_linear(lambda X: [[1.0, 2.0], [3.0]])
+    with pytest.raises(AssertionError, match="returned a list; return a dict"):
+        exercises.check_block_structure(lambda values: [1, 0.5, 0.9, 0.1])
+    exercises.check_gram_linear(lambda X: torch.from_numpy(X @ X.T))  # a tensor or a list of numbers still passes
+    exercises.check_gram_linear(lambda X: (X @ X.T).tolist())
+    exercises.check_hsic(lambda K, L: np.float32(0) + float(exercises.reference.hsic(K, L)))
