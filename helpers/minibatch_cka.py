@@ -59,6 +59,10 @@ class CKAMatrix:
         self.values = np.asarray(self.values, dtype=np.float64)
         if self.values.shape != (len(self.rows), len(self.cols)):
             raise ValueError(f"values have shape {self.values.shape} but there are {len(self.rows)} row and {len(self.cols)} column names.")
+        for names, what in ((self.rows, "row"), (self.cols, "column")):
+            repeated = sorted({str(n) for n in names if list(names).count(n) > 1})
+            if repeated:  # cell() could not tell them apart
+                raise ValueError(f"{what} name(s) {repeated} appear twice: give each layer one name.")
         if not np.isfinite(self.values).all():  # argmax and max read NaN as the best match: a silent wrong pick
             raise ValueError(f"values hold {int((~np.isfinite(self.values)).sum())} NaN or inf entries: a CKA matrix has a "
                              "number for every pair of layers. Recompute the missing pairs, or leave those layers out.")
@@ -286,6 +290,8 @@ def hsic_sums(grams_a: torch.Tensor, grams_b: torch.Tensor | None = None):
 
 
 def _check_names(names: Sequence[str], which: str) -> list:
+    if isinstance(names, str):  # "blocks" became the layers 'b', 'l', 'o', ...
+        raise TypeError(f"{which}: give a list of layer names, e.g. [{names!r}], not one string.")
     names = list(names)
     if not names:
         raise ValueError(f"{which}: give at least one layer name.")
@@ -385,6 +391,10 @@ class MinibatchCKA:
 
     def merge(self, other: "MinibatchCKA") -> "MinibatchCKA":
         """Add the sums of another accumulator that saw *different* images. Returns self."""
+        if not isinstance(other, MinibatchCKA):
+            raise TypeError(f"merge takes another MinibatchCKA, got {type(other).__name__}.")
+        if other is self:  # its batches would count twice
+            raise ValueError("An accumulator cannot merge itself: merge one that saw other images.")
         if (other.names_a, other.names_b, other.within) != (self.names_a, self.names_b, self.within):
             raise ValueError("Can only merge accumulators over the same layer names.")
         if other.cross is not None:
@@ -423,6 +433,8 @@ class MinibatchCKA:
         """The CKA matrix so far: rows = A's layers, columns = B's layers."""
         if self.cross is None:
             raise RuntimeError("No batches yet: call update() with at least one batch of features first.")
+        if meta is not None and not isinstance(meta, dict):
+            raise TypeError(f"meta must be a dict (e.g. {{'images': 'shapes'}}), got {type(meta).__name__}.")
         for sums, names in ((self.self_a, self.names_a), (self.self_b, self.names_b)):
             dead = [n for n, s in zip(names, sums.tolist()) if s <= 0]
             if dead:

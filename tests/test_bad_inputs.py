@@ -601,3 +601,23 @@ def test_floors_claims_and_token_captures_name_the_mistake(vit):
             localization.capture_tokens(vit, images, **kwargs)
     with pytest.raises(ValueError, match="localization_scores"):
         localization.summarise({})
+
+
+def test_the_accumulator_and_the_matrix_refuse_quiet_miscounts():
+    """MinibatchCKA('ab') took the layers 'a' and 'b'; acc.merge(acc) counted its batches twice (32 examples from 16);
+    merge('x') raised AttributeError, result('meta') dict's own ValueError; a CKAMatrix with a row name twice was
+    built, and cell() read the first of them."""
+    from helpers.minibatch_cka import MinibatchCKA
+    with pytest.raises(TypeError, match="list of layer names"):
+        MinibatchCKA("ab")
+    acc = MinibatchCKA(["a"])
+    acc.update({"a": torch.randn(16, 5, generator=torch.Generator().manual_seed(0))})
+    with pytest.raises(ValueError, match="cannot merge itself"):
+        acc.merge(acc)
+    with pytest.raises(TypeError, match="another MinibatchCKA"):
+        acc.merge("x")
+    with pytest.raises(TypeError, match="meta must be a dict"):
+        acc.result("meta")
+    assert acc.result().n_examples == 16
+    with pytest.raises(ValueError, match="appear twice"):
+        CKAMatrix(np.eye(2), ["a", "a"], ["c", "d"])
