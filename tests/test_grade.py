@@ -129,8 +129,12 @@ def test_student_names_from_files_and_subfolders(tmp_path):
     for relative in ["alice/01.ipynb", "bob/01.ipynb", "carol.ipynb", ".hidden.ipynb", "x/.ipynb_checkpoints/c.ipynb"]:
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / relative).write_text("{}")
-    names = [name for name, _ in grade.find_submissions([tmp_path, tmp_path / "carol.ipynb"])]
-    assert names == ["hidden", "alice_01", "bob_01", "carol", "carol_2"]
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "carol.ipynb").write_text("{}")  # another file of the same name: numbered
+    # carol.ipynb, inside the folder and given again, is one submission (it was graded twice, as carol and carol_2)
+    names = [name for name, _ in grade.find_submissions([tmp_path / "alice", tmp_path / "carol.ipynb",
+                                                         tmp_path / "other" / "carol.ipynb", tmp_path])]
+    assert names == ["01", "carol", "carol_2", "hidden", "bob_01"]  # the folder adds only what was not given
 
 
 def test_the_command_line(tmp_path, capsys):
@@ -255,3 +259,15 @@ def test_a_second_run_only_after_a_death_inside_a_function(tmp_path, monkeypatch
     assert len(result) == runs and len(given) == runs
     if runs == 2:
         assert given[1] == ["g.0", "g.1"] and result[1].folder.name == "alice+rerun1"
+
+
+def test_an_empty_out_and_a_course_folder_without_exercises_are_refused(tmp_path, capsys, monkeypatch):
+    """--out '' wrote grades.csv and feedback/ into the current folder; --course pointing at a folder with no solution
+    notebooks (the student copies, say) graded every submission 'not a course notebook' and exited 0."""
+    nbformat.write(subs.solved("03_cka"), tmp_path / "dana.ipynb")
+    monkeypatch.chdir(tmp_path)
+    assert grade.main([str(tmp_path / "dana.ipynb"), "--out", ""]) == 2
+    assert "--out is empty" in capsys.readouterr().err and not (tmp_path / "grades.csv").exists()
+    student_copies = grade.COURSE_DIR / "student"
+    assert grade.main([str(tmp_path / "dana.ipynb"), "--out", str(tmp_path / "out"), "--course", str(student_copies)]) == 2
+    assert "No course notebooks with exercises" in capsys.readouterr().err

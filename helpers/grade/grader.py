@@ -90,6 +90,10 @@ def course_notebooks(course_dir=COURSE_DIR) -> list:
             elif BEGIN in cell.source:
                 exercises.append(ExerciseInfo(number or "?", _solved_function(cell.source)))
         found.append(CourseNotebook(path.stem, _headings(cells), exercises))
+    if not any(notebook.exercises for notebook in found):  # every submission would be "not a course notebook"
+        raise FileNotFoundError(f"No course notebooks with exercises in {course_dir} (files NN_name.ipynb with "
+                                f"'{BEGIN}' blocks): pass --course with the folder of the solution notebooks (the "
+                                "repository's notebooks/), not the student copies.")
     return found
 
 
@@ -389,8 +393,8 @@ def grade_one(path: Path, student: str, course: list, work_root: Path, level: st
 def find_submissions(paths) -> list:
     """(student, path) for every .ipynb given, or inside a given folder. The student's name is the
     file name without .ipynb, or for a file in a subfolder its path in the folder ('alice/01.ipynb'
-    -> 'alice_01'); a name met twice is numbered."""
-    found = []
+    -> 'alice_01'); a name met twice is numbered. A file given twice (or inside a folder also given) counts once."""
+    found, seen = [], set()
     for p in map(Path, paths):
         if p.is_dir():
             found += [(f.relative_to(p).with_suffix(""), f) for f in sorted(p.rglob("*.ipynb"))
@@ -401,6 +405,9 @@ def find_submissions(paths) -> list:
             raise FileNotFoundError(f"{p} does not exist: give .ipynb files or folders of them.")
     named, taken = [], set()
     for relative, f in found:
+        if f.resolve() in seen:  # the same file given twice (or inside a folder also given) is one student's work
+            continue
+        seen.add(f.resolve())
         name = re.sub(r"[^\w.-]", "_", "_".join(relative.parts)).lstrip(".") or "student"
         unique, n = name, 1
         while unique in taken:
@@ -502,6 +509,8 @@ def main(argv=None) -> int:
         limits = sandbox.Limits(seconds=args.seconds, memory_mb=args.memory_mb)  # checks every limit
         limits.cpu_seconds = math.ceil(limits.seconds)  # the CPU limit follows the wall clock (0.5 s: 1, not 0)
         check_workers(args.workers)
+        if not args.out.strip():  # Path("") is the current folder: grades.csv and feedback/ landed there
+            raise ValueError("--out is empty: give a folder for grades.csv and feedback/.")
         if Path(args.out).exists() and not Path(args.out).is_dir():
             raise ValueError(f"--out {args.out} is a file: give a folder for grades.csv and feedback/.")
     except ValueError as error:
