@@ -621,3 +621,13 @@ def test_the_accumulator_and_the_matrix_refuse_quiet_miscounts():
     assert acc.result().n_examples == 16
     with pytest.raises(ValueError, match="appear twice"):
         CKAMatrix(np.eye(2), ["a", "a"], ["c", "d"])
+
+
+def test_a_seed_that_is_not_a_whole_number_is_named():
+    """course.start(seed=1.5) and seed='0' raised numpy's 'Cannot cast scalar from dtype' and seed=None int()'s error;
+    True was taken as the seed 1."""
+    from helpers import course
+    for seed, error in ((1.5, TypeError), ("0", TypeError), (None, TypeError), (True, TypeError), (-1, ValueError),
+                        (2 ** 40, ValueError)):
+        with pytest.raises(error, match="seed"):
+            course.start(seed=seed, quiet=True)
