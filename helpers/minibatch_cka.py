@@ -37,6 +37,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
+from helpers.guards import check_int
+
 ESTIMATOR = "minibatch linear CKA, unbiased HSIC, batches weighted by m(m-3) (Nguyen et al. 2021)"
 
 
@@ -57,6 +59,9 @@ class CKAMatrix:
 
     def __post_init__(self):
         self.values = np.asarray(self.values, dtype=np.float64)
+        # counts that the title and the saved file report: -1 images or 2.5 batches would be printed as facts
+        self.n_examples = check_int(self.n_examples, "n_examples", 0, "It counts the images the matrix was computed on.")
+        self.n_batches = check_int(self.n_batches, "n_batches", 0, "It counts the minibatches the matrix was computed on.")
         if self.values.shape != (len(self.rows), len(self.cols)):
             raise ValueError(f"values have shape {self.values.shape} but there are {len(self.rows)} row and {len(self.cols)} column names.")
         for names, what in ((self.rows, "row"), (self.cols, "column")):

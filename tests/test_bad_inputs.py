@@ -623,6 +623,15 @@ def test_the_accumulator_and_the_matrix_refuse_quiet_miscounts():
         CKAMatrix(np.eye(2), ["a", "a"], ["c", "d"])
 
 
+def test_a_cka_matrix_refuses_counts_that_are_not_counts():
+    """CKAMatrix(n_examples=-1) or n_batches=2.5 was kept and printed in the heatmap's title and the saved file."""
+    for counts, error in ((dict(n_examples=-1), ValueError), (dict(n_batches=2.5), TypeError),
+                          (dict(n_examples="512"), TypeError), (dict(n_batches=True), TypeError)):
+        with pytest.raises(error, match="n_examples|n_batches"):
+            CKAMatrix(np.eye(2), ["a", "b"], ["c", "d"], **counts)
+    assert CKAMatrix(np.eye(2), ["a", "b"], ["c", "d"], n_examples=np.int64(512)).n_examples == 512
+
+
 def test_a_seed_that_is_not_a_whole_number_is_named():
     """course.start(seed=1.5) and seed='0' raised numpy's 'Cannot cast scalar from dtype' and seed=None int()'s error;
     True was taken as the seed 1."""
