@@ -218,6 +218,7 @@ def _refuse_all_tied(cosine: np.ndarray, name: str) -> None:
 
 def nearest_neighbours(X, k: int) -> np.ndarray:
     """The k nearest neighbours of each example by cosine similarity, itself left out: X (n, p) -> (n, k) indices."""
+    _check_k(k)  # k = 0 gave no neighbours, k = -1 all of them but one: mutual_knn's rule, for direct callers too
     X = _unit_scaled(_features(X, "X", k + 2))  # norms of values near float64's limits would overflow
     norms = np.linalg.norm(X, axis=1, keepdims=True)
     if (norms == 0).any():
@@ -297,7 +298,13 @@ def knn_matrix(K: np.ndarray, k: int) -> np.ndarray:
     Unlike mutual_knn, it takes rows that all point one way (ties broken by row order): prepare_gram serves every
     measure at once, and a one-number-per-image representation (notebook 17's brightness) is read by the other three
     while its k-NN, which sees only each number's sign, is left unread."""
+    _check_k(k)
+    K = np.asarray(K)
     n, diagonal = len(K), np.diag(K)
+    if not np.isfinite(K).all():  # NaN cosines sort anywhere: neighbours would be picked at random
+        raise ValueError("K contains NaN or inf values. Check the features it was made from.")
+    if n < k + 2:  # k >= n - 1 marks every other example: the overlap is 1 whatever the data
+        raise ValueError(f"K has {n} examples; k = {k} neighbours need at least {k + 2}. Use more examples or a smaller k.")
     if (diagonal <= 0).any():
         raise ValueError(f"{int((diagonal <= 0).sum())} example(s) are the zero vector: cosine neighbours are undefined. "
                          "Check the layer, or use a measure without neighbours.")

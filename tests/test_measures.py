@@ -219,6 +219,18 @@ def test_bad_input_the_measures_used_to_take_silently_or_with_a_raw_error():
     assert procrustes_distance(as_bf16, X) == pytest.approx(procrustes_distance(as_bf16.double().numpy(), X), abs=1e-12)
     with pytest.raises(ValueError, match="k must be a whole number"):
         prepare_gram(X @ X.T, k=0)
+    # the building blocks called directly: k = 0 gave no neighbours, k = -1 all but one, k = 2.5 a raw slice error;
+    # knn_matrix of too few examples marked every other example (overlap 1 whatever the data), of NaN a random pick
+    from helpers.measures import knn_matrix, nearest_neighbours
+    for k in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="k must be a whole number"):
+            nearest_neighbours(X, k)
+        with pytest.raises(ValueError, match="k must be a whole number"):
+            knn_matrix(X @ X.T, k)
+    with pytest.raises(ValueError, match="at least 12"):
+        knn_matrix(X[:8] @ X[:8].T, 10)
+    with pytest.raises(ValueError, match="NaN"):
+        knn_matrix(np.full((20, 20), np.nan), 2)
     same_direction = np.outer(np.arange(1.0, len(X) + 1), X[0])  # every row a positive multiple of one row
     with pytest.raises(ValueError, match="same cosine similarity"):
         mutual_knn(same_direction, X)
