@@ -80,3 +80,24 @@ def test_uniform_attention_is_global_by_construction():
     """A head attending equally everywhere sits at the uniform distance: above the global line (F2.2's floor)."""
     uniform = uniform_attention_distance(8, 4)
     assert fx.all_global(np.full((2, 3), uniform), uniform) == pytest.approx(0.2 * uniform)
+
+
+def test_bad_input_to_the_attention_effects_is_named():
+    """Each gave a number or a raw error before: a NaN distance a NaN effect (or argmin read it as the most local
+    group: F3.2 of 0.0), an infinite uniform distance -inf, 2.5 or NaN test images a half-width, a window of 2.5
+    range()'s TypeError and True a window of 1, a group CKA matrix without layers a NaN mean."""
+    holed = table([2.0, 12.0], [9.0, 9.0])
+    holed[0, 0] = np.nan
+    checks = [(lambda: fx.mix(holed, UNIFORM), ValueError, "table holds 1 NaN"),
+              (lambda: fx.mix(table([2.0, 12.0], [9.0, 9.0]), np.inf), ValueError, "uniform"),
+              (lambda: fx.accuracy_drop_half_width(0.9, 2.5, 0.8, 100), TypeError, "n_full must be a whole number"),
+              (lambda: fx.accuracy_drop_half_width(0.9, 100, 0.8, np.nan), TypeError, "n_less"),
+              (lambda: fx.head_groups([1.0, 2.0, 3.0, 4.0], 2.5), TypeError, "window must be a whole number"),
+              (lambda: fx.head_groups([1.0, 2.0, 3.0, 4.0], True), TypeError, "window"),
+              (lambda: fx.head_groups([1.0, np.nan, 3.0, 4.0], 2), ValueError, "distances holds 1 NaN"),
+              (lambda: fx.local_minus_global([np.nan, 2.0, 3.0], np.ones((3, 2))), ValueError, "group_distance holds"),
+              (lambda: fx.falls([1.0, 2.0, 3.0], [[0.5, 0.2], [np.nan, 0.1], [0.0, 0.0]]), ValueError, "values holds"),
+              (lambda: fx.local_minus_global([1.0, 2.0, 3.0], np.ones((3, 0))), ValueError, ">= 1 layer")]
+    for call, error, message in checks:
+        with pytest.raises(error, match=message):
+            call()

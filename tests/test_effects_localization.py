@@ -60,3 +60,20 @@ def test_with_interval_over_subsamples():
     value, half = f7.with_interval(lambda S: f7.contrast(S["m"]), full, varied)
     assert value == pytest.approx(1.0) and half > 0
     assert f7.with_interval(lambda S: f7.contrast(S["m"]), full, None) == (pytest.approx(1.0), None)
+
+
+def test_bad_input_to_the_localization_effects_is_named():
+    """Each gave a number or a bare error before: a grid without interior tokens (2 x 4) had no 'interior' summary
+    (KeyError 'interior') and an edge border preference of NaN; a 1 x 1 grid a NaN contrast; the per-token scores
+    instead of their summary a KeyError; a label without a summary a bare KeyError."""
+    no_interior = f7.summary(np.eye(8), (2, 4))
+    checks = [(lambda: f7.interior_margin(no_interior), ValueError, "no interior tokens"),
+              (lambda: f7.border_preference(no_interior), ValueError, "no edge tokens with a defined border_preference"),
+              (lambda: f7.contrast(f7.summary(np.ones((1, 1)), (1, 1))), ValueError, "2 positions or more"),
+              (lambda: f7.contrast({"own": 1, "contrast": 2}), TypeError, r"summary\(maps, grid\)"),
+              (lambda: f7.effects_of({"ViT": f7.summary(np.eye(16), GRID)}, "ViT", "GAP", "R4", "R2"), KeyError,
+               "no summary for")]
+    for call, error, message in checks:
+        with pytest.raises(error, match=message):
+            call()
+    assert f7.contrast(no_interior) == pytest.approx(1.0)   # the contrast needs no interior tokens

@@ -49,3 +49,21 @@ def test_closer_to_vit_is_relative_cka_with_the_vit_minus_with_the_resnet():
     # relative: 0.4 / 0.8 = 0.5 with the ViT, 0.4 / 0.5 = 0.8 with the ResNet -> closer to the ResNet: < 0
     assert fx.closer_to_vit(mixer_vit, vit_ref, mixer_resnet, resnet_ref) == pytest.approx(-0.3)
     assert fx.closer_to_vit(mixer_resnet[:, :6] * 2, vit_ref, mixer_resnet, resnet_ref) == pytest.approx(0.2)
+
+
+def test_bad_input_to_the_mixer_effects_is_named():
+    """Each gave a number or a raw error before: a NaN made every split containing it lose (a wrong best split) or the
+    contrast NaN, a scalar gave len()'s TypeError, 1-D and 3-D arrays an unpacking error, a matrix without rows a NaN
+    relative CKA; and with twice as many rows as columns row 0 was paired with the LAST column (index -1)."""
+    holed = blocks(2, 6)
+    holed[0, 5] = np.nan
+    checks = [(lambda: fx.block_structure(holed), "1 NaN or inf"),
+              (lambda: fx.larger_second(0.5), r"square \(L, L\)"),
+              (lambda: fx.same_depth(np.ones(4)), r"\(R, C\)"),
+              (lambda: fx.same_depth(np.ones((2, 2, 2))), r"\(R, C\)"),
+              (lambda: fx.relative_same_depth(np.ones((0, 6)), np.eye(6)), r"R, C >= 1"),
+              (lambda: fx.relative_same_depth(np.full((6, 6), np.nan), np.eye(6)), "NaN")]
+    for call, message in checks:
+        with pytest.raises(ValueError, match=message):
+            call()
+    np.testing.assert_array_equal(fx.same_depth(np.tile([0.0, 1.0], (4, 1))), [0.0, 0.0, 1.0, 1.0])

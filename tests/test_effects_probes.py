@@ -36,3 +36,24 @@ def test_f94_size_is_in_the_units_of_its_effect():
     from helpers.claims import SIZES
     gain = float(fx.probe_gain(0.9, 0.6))  # a 30-point gain, as the paper reports
     assert gain / SIZES["F9.4"].value == pytest.approx(1.0)
+
+
+def test_bad_input_to_the_probe_effects_is_named():
+    """Each gave a number or a raw numpy error before: lower=2 read block 2 alone and averaged the (1 + R) rows into one
+    number (on 1-D gaps, an IndexError), 1.5 numpy's index error, a scalar gap an IndexError; an accuracy in percent
+    gave an effect 100 times too large and a NaN accuracy a NaN effect."""
+    gaps = np.arange(12.0).reshape(3, 4)
+    checks = [(lambda: fx.lower_block_difference(gaps, 2), "lower must select blocks"),
+              (lambda: fx.top_minus_lower(gaps, 2), "lower must select blocks"),
+              (lambda: fx.top_minus_lower(np.arange(4.0), 1.5), "lower must select blocks"),
+              (lambda: fx.top_minus_lower(0.1, slice(0, 1)), r"gaps must be \(\.\.\., blocks\)"),
+              (lambda: fx.tokens_behind(50, [0.8]), r"cls_tokens must be .*fraction .*got 50"),
+              (lambda: fx.tokens_behind(0.5, [np.nan, 0.8]), "other_tokens .*got nan"),
+              (lambda: fx.native_alike(np.nan, 0.5), "cls_token"),
+              (lambda: fx.pooled_rise(0.9, 85), "pooled_before"),
+              (lambda: fx.first_token_gap(0.9, -0.1), "pooled"),
+              (lambda: fx.probe_gain([0.6, 70.0], [0.5, 0.5]), "more_data .*got 70")]
+    for call, message in checks:
+        with pytest.raises(ValueError, match=message):
+            call()
+    np.testing.assert_allclose(fx.lower_block_difference(gaps, [0, 1]), [-0.5, -4.5, -8.5])   # a list of blocks reads

@@ -56,3 +56,19 @@ def test_stage_first_shrink():
     assert fx.stage_first_shrink([4.0, 5.0, 7.0, 7.5, 9.5], firsts) == pytest.approx(-2.0)  # widens: reversed
     with pytest.raises(ValueError, match="firsts"):
         fx.stage_first_shrink(radii, [0])
+
+
+def test_bad_input_to_the_receptive_field_effects_is_named():
+    """Each gave a number or a raw numpy error before: a uniform r50 or share of NaN a NaN effect; firsts as an array
+    numpy's 'truth value ... is ambiguous', 1.5 an IndexError, True counted as block 1, a repeated stage twice."""
+    radii = [3.0, 2.0, 1.0, 0.5]
+    checks = [(lambda: fx.midway(3.0, np.nan), "uniform_r50"),
+              (lambda: fx.centre_dependence([0.5, 0.4], np.nan), "uniform_share"),
+              (lambda: fx.centre_dependence([0.5, 0.4], 0.0), "uniform_share"),
+              (lambda: fx.stage_first_shrink(radii, [1.5]), "distinct block indices"),
+              (lambda: fx.stage_first_shrink(radii, [True]), "distinct block indices"),
+              (lambda: fx.stage_first_shrink(radii, [1, 1, 3]), "distinct block indices")]
+    for call, message in checks:
+        with pytest.raises(ValueError, match=message):
+            call()
+    assert fx.stage_first_shrink(radii, np.array([1, 3])) == pytest.approx(0.75)   # an index array reads as a list

@@ -124,3 +124,32 @@ def test_accuracy_drop_in_points_with_a_binomial_interval():
     assert half == pytest.approx(100 * 1.6448536 * np.sqrt(0.99 * 0.01 / 1e4 + 0.95 * 0.05 / 1e4), rel=1e-6)
     gain, _ = skips.accuracy_drop({"test_accuracy": 0.95, "test_images": 100}, {"test_accuracy": 0.99, "test_images": 100})
     assert gain == pytest.approx(-4.0)                                   # a model without skips that does better: negative
+
+
+def test_bad_input_to_the_skip_effects_is_named():
+    """Each gave a number or a raw numpy error before: one block (the early half empty: NaN), three rows (row 2 read
+    as a branch), a 1-D array (IndexError), CLS and spatial ratios of different blocks (broadcast), no images (NaN),
+    a split at 2.5 (read as 3), a 2 x 2 matrix (no pair inside a side: NaN), a non-square one (IndexError), an
+    accuracy in percent (a drop of 400 points, NaN half-width) and a card of 0 test images (ZeroDivisionError)."""
+    card = {"test_accuracy": 0.95, "test_images": 100}
+    checks = [(lambda: skips.late_change_of(np.zeros((2, 1))), ValueError, r"\(2, blocks\).*at least 2 block"),
+              (lambda: skips.late_change_of(np.zeros((3, 6))), ValueError, r"row 0 attention and row 1 MLP"),
+              (lambda: skips.late_change_of(np.zeros(6)), ValueError, r"got shape \(6,\)"),
+              (lambda: skips.phase_of(np.zeros((2, 1)), np.zeros((2, 1))), ValueError, "at least 2 block"),
+              (lambda: skips.phase_of(np.zeros((2, 6)), np.zeros((2, 4))), ValueError, "same blocks"),
+              (lambda: skips.margins(np.zeros(6), np.zeros(8)), ValueError, r"vit_log must be \(2, blocks\)"),
+              (lambda: skips.margins(np.zeros((2, 6)), np.zeros(0)), ValueError, "resnet_logs"),
+              (lambda: skips.resnet_log(np.ones((4, 8)), np.array([], dtype=int)), ValueError, "selects none"),
+              (lambda: skips.depth(2.5), TypeError, "whole number"),
+              (lambda: skips.partition_score(block_matrix(), 2.5), TypeError, "at must be a whole number"),
+              (lambda: skips.partition_score(np.eye(2), 1), ValueError, "L >= 3"),
+              (lambda: skips.partition_score(np.ones((6, 5)), 3), ValueError, "square"),
+              (lambda: skips.partition_effect(block_matrix(), block_matrix(8), 3), ValueError, "same layers"),
+              (lambda: skips.accuracy_drop({"test_accuracy": 99, "test_images": 100}, card), ValueError, "fraction"),
+              (lambda: skips.accuracy_drop({"test_accuracy": 0.9, "test_images": 0}, card), ValueError, "test_images"),
+              (lambda: skips.accuracy_drop({"accuracy": 0.9}, card), ValueError, "model card"),
+              (lambda: skips.accuracy_drop(card, card, level=90), ValueError, "level")]
+    for call, error, message in checks:
+        with pytest.raises(error, match=message):
+            call()
+    assert skips.late_change_of(np.zeros((2, 2))) == 0.0 and skips.partition_score(np.ones((3, 3)), 1) == pytest.approx(0.0)

@@ -95,3 +95,21 @@ def test_bad_shapes_say_what_is_expected():
         structure.off_diagonal(np.ones((2, 3)))
     with pytest.raises(ValueError, match="ResNet layers, ViT blocks"):
         structure.cross_model_effects(np.ones((3, 2)))
+
+
+def test_bad_input_to_the_structure_effects_is_named():
+    """Each gave a number or a raw numpy error before: a NaN similarity a NaN mean, or argmax read it as the best match
+    (F1.5, F1.6 computed around it); stages of the wrong length numpy's broadcast error, one stage (or one layer per
+    stage) a NaN partition score; a layer name that is not a string AttributeError."""
+    holed = np.array([[np.nan, 0.5, 0.2], [0.1, 0.5, 0.3], [0.2, 0.3, 0.9]])
+    checks = [(lambda: structure.cross_model_effects(holed), "1 NaN or inf"),
+              (lambda: structure.matched_depth(holed), "1 NaN or inf"),
+              (lambda: structure.off_diagonal(holed), "1 NaN or inf"),
+              (lambda: structure.climb([0.0, np.nan, 1.0]), "NaN or inf"),
+              (lambda: structure.partition_score(np.eye(4), [0, 1]), "one stage per layer"),
+              (lambda: structure.partition_score(np.eye(4), [1, 1, 1, 1]), "layers in different stages"),
+              (lambda: structure.partition_score(np.eye(4), [0, 1, 2, 3]), "two layers in one stage"),
+              (lambda: structure.stages_of(["stem", 1]), "not a ResNet layer name")]
+    for call, message in checks:
+        with pytest.raises(ValueError, match=message):
+            call()

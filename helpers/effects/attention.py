@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from helpers.guards import check_int
 from helpers.measures import spearman
 
 LOCAL_FRACTION = 0.6    # a head is local below 60% of the uniform distance (the course's definition)
@@ -35,12 +36,20 @@ def _table(table, name: str = "table") -> np.ndarray:
     table = np.asarray(table, dtype=np.float64)
     if table.ndim != 2 or table.shape[0] < 1 or table.shape[1] < 1:
         raise ValueError(f"{name} must be a (blocks, heads) table of mean attention distances, got shape {table.shape}.")
+    _refuse_non_finite(table, name)
     return table
+
+
+def _refuse_non_finite(values: np.ndarray, name: str) -> None:
+    """A NaN distance or CKA made the effect NaN, or (argmin, argsort) was read as the smallest or the largest."""
+    if not np.isfinite(values).all():
+        raise ValueError(f"{name} holds {int((~np.isfinite(values)).sum())} NaN or inf value(s): compute it again "
+                         "(helpers.attention for distances, helpers.compare for CKA) and check the model's outputs.")
 
 
 def thresholds(uniform: float) -> tuple:
     """(local line, global line) in px: 60% and 80% of the uniform distance."""
-    if not float(uniform) > 0:  # 0 put both lines at 0 px, and every head counted as global
+    if not 0 < float(uniform) < math.inf:  # 0 put both lines at 0 px, and every head counted as global
         raise ValueError(f"uniform must be the uniform attention distance in px (> 0, helpers.attention."
                          f"uniform_attention_distance), got {uniform}.")
     return LOCAL_FRACTION * float(uniform), GLOBAL_FRACTION * float(uniform)
@@ -81,8 +90,8 @@ def accuracy_drop_half_width(full: float, n_full: int, less: float, n_less: int)
     """Half-width (points) of the drop's 90% binomial interval, the two test sets taken as independent
     (conservative: on the same test images the two models' errors are correlated)."""
     accuracy_drop(full, less)  # both accuracies checked to be fractions
-    if min(n_full, n_less) < 1:
-        raise ValueError(f"n_full and n_less are the numbers of test images (at least 1), got {n_full} and {n_less}.")
+    for name, n in (("n_full", n_full), ("n_less", n_less)):  # NaN or 2.5 images gave a number
+        check_int(n, name, 1, "n_full and n_less are the numbers of test images, e.g. card['test_images'].")
     return 100 * Z90 * math.sqrt(full * (1 - full) / n_full + less * (1 - less) / n_less)
 
 
@@ -91,8 +100,10 @@ def head_groups(distances, window: int) -> tuple:
 
     distances: (heads,) px. Returns ({"heads a+b": [a, b], ...}, (groups,) mean distance of each group)."""
     distances = np.asarray(distances, dtype=np.float64)
+    window = check_int(window, "window", 1, "Give how many heads each group holds.")
     if distances.ndim != 1 or not 1 <= window <= len(distances):
         raise ValueError(f"need (heads,) distances and 1 <= window <= heads; got shape {distances.shape}, window {window}.")
+    _refuse_non_finite(distances, "distances")
     order = np.argsort(distances, kind="stable")
     groups, means = {}, []
     for start in range(len(order) - window + 1):
@@ -105,9 +116,11 @@ def head_groups(distances, window: int) -> tuple:
 def _groups(group_distance, values) -> tuple:
     group_distance = np.asarray(group_distance, dtype=np.float64)
     values = np.asarray(values, dtype=np.float64)
-    if values.ndim != 2 or group_distance.shape != (values.shape[0],) or len(group_distance) < 2:
-        raise ValueError(f"need (groups,) distances and a (groups, layers) CKA matrix with >= 2 groups; "
+    if values.ndim != 2 or group_distance.shape != (values.shape[0],) or len(group_distance) < 2 or values.shape[1] < 1:
+        raise ValueError(f"need (groups,) distances and a (groups, layers) CKA matrix with >= 2 groups and >= 1 layer; "
                          f"got {group_distance.shape} and {values.shape}.")
+    _refuse_non_finite(group_distance, "group_distance")
+    _refuse_non_finite(values, "values")
     return group_distance, values.mean(axis=1)
 
 

@@ -14,6 +14,8 @@ one signed number, > 0 in the paper's direction, in CKA units.
 
 from __future__ import annotations
 
+import math
+
 from helpers import localization
 from helpers.intervals import subsample_interval
 
@@ -23,21 +25,34 @@ def summary(maps, grid) -> dict:
     return localization.summarise(localization.localization_scores(maps, grid))
 
 
+def _read(S: dict, kind: str, key: str) -> float:
+    """S[kind][key] of a summary, checked: a grid without interior tokens (2 x 4) had no 'interior' (a bare KeyError) and
+    an edge border preference of NaN; a 1 x 1 grid a NaN contrast."""
+    if not isinstance(S, dict) or "all" not in S:
+        raise TypeError(f"S must be one layer's summary {{'all': ..., 'edge': ...}} from summary(maps, grid), got "
+                        f"{type(S).__name__}" + (f" with keys {list(S)[:4]}." if isinstance(S, dict) else "."))
+    value = float(S[kind][key]) if kind in S else math.nan
+    if not math.isfinite(value):
+        need = "2 positions or more" if kind == "all" else "at least 3 x 3 positions, so that some are interior"
+        raise ValueError(f"this summary has no {kind} tokens with a defined {key} (kinds: {sorted(S)}): the grid needs {need}.")
+    return value
+
+
 def interior_margin(S: dict) -> float:
     """F7.1, "interior tokens are most similar to their own input patch": the interior tokens' mean margin,
     own-patch CKA minus the best other patch. > 0 when the own patch is the peak, on average."""
-    return float(S["interior"]["margin"])
+    return _read(S, "interior", "margin")
 
 
 def border_preference(S: dict) -> float:
     """F7.2, "edge tokens are similar to other edge positions": the edge tokens' mean CKA with the other border
     patches minus their mean CKA with interior patches. > 0 when edge tokens prefer the border."""
-    return float(S["edge"]["border_preference"])
+    return _read(S, "edge", "border_preference")
 
 
 def contrast(S: dict) -> float:
     """How much a layer's tokens localize: mean over all tokens of own-patch CKA minus the others' mean."""
-    return float(S["all"]["contrast"])
+    return _read(S, "all", "contrast")
 
 
 def contrast_gap(better: dict, worse: dict) -> float:
@@ -64,6 +79,9 @@ def effects_of(S: dict, vit: str, gap: str, resnet_final: str, resnet_earlier: s
 
     vit, gap: labels of a CLS ViT's and a GAP ViT's final blocks; resnet_final, resnet_earlier: a ResNet's final and
     earlier layer. Returns {claim: effect} for F7.1-F7.5."""
+    missing = [label for label in (vit, gap, resnet_final, resnet_earlier) if label not in S]
+    if missing:  # a bare KeyError before
+        raise KeyError(f"no summary for {missing}; the summaries are of {sorted(S)}.")
     return {"F7.1": interior_margin(S[vit]), "F7.2": border_preference(S[vit]),
             "F7.3": contrast_gap(S[vit], S[resnet_final]), "F7.4": contrast_gap(S[resnet_earlier], S[resnet_final]),
             "F7.5": contrast_gap(S[vit], S[gap])}

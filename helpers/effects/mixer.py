@@ -9,6 +9,15 @@ from __future__ import annotations
 import numpy as np
 
 
+def _finite(values, name: str) -> np.ndarray:
+    """values as a float array, a 2-D one checked to hold no NaN or inf (CKA is always finite)."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim == 2 and not np.isfinite(values).all():  # a NaN lost every comparison of splits, or made a mean NaN
+        raise ValueError(f"{name} holds {int((~np.isfinite(values)).sum())} NaN or inf value(s), where CKA is finite: "
+                         "compute the matrix again (helpers.compare) and check the layers' outputs.")
+    return values
+
+
 def block_structure(values) -> dict:
     """The best split of a within-model CKA matrix into two consecutive groups of layers.
 
@@ -17,8 +26,8 @@ def block_structure(values) -> dict:
     pairs with one layer in each group, contrast = within - between. Returns {"split", "contrast", "within",
     "between"} of the split with the largest contrast; ties go to the smallest k. A uniform matrix scores 0
     (split 1), two perfectly separate blocks score 1."""
-    values = np.asarray(values, dtype=np.float64)
-    L = len(values)
+    values = _finite(values, "values")
+    L = len(values) if values.ndim else 0
     if values.shape != (L, L) or L < 2:
         raise ValueError(f"block_structure needs a square (L, L) matrix with L >= 2, got shape {values.shape}.")
     different = ~np.eye(L, dtype=bool)
@@ -44,18 +53,22 @@ def larger_second(values) -> float:
 
     values: (L, L) within-model CKA. (L - 2k) / L for the best split k: > 0 when the first block is the
     smaller one (the paper's "a smaller first block, then a larger one"), -1 < effect < 1."""
+    split = block_structure(values)["split"]  # checks values first
     L = len(values)
-    return (L - 2 * block_structure(values)["split"]) / L
+    return (L - 2 * split) / L
 
 
 def same_depth(values) -> np.ndarray:
     """(R,) CKA of each row layer with the column layer at the nearest relative depth.
 
     values: (R, C) cross-model CKA, rows and columns in depth order. Row i (depth (i+1)/R) is paired with
-    column round((i+1)/R * C) - 1."""
-    values = np.asarray(values, dtype=np.float64)
+    column round((i+1)/R * C) - 1, at least column 0."""
+    values = _finite(values, "values")
+    if values.ndim != 2 or min(values.shape) < 1:
+        raise ValueError(f"values must be an (R, C) cross-model CKA matrix with R, C >= 1, got shape {values.shape}.")
     rows, cols = values.shape
-    return np.array([values[i, int(round((i + 1) / rows * cols)) - 1] for i in range(rows)])
+    # at least column 0: with R >= 2C, round() gave 0 for row 0 and index -1 read the LAST column
+    return np.array([values[i, max(int(round((i + 1) / rows * cols)) - 1, 0)] for i in range(rows)])
 
 
 def relative_same_depth(cross, reference) -> float:

@@ -19,6 +19,8 @@ per ViT block.
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 GLOBAL_SHARE = 0.5  # F4.3: a field counts as global when its r50 reaches half a uniform field's
@@ -51,7 +53,7 @@ def shrinking_steps(radii) -> int:
 def midway(r50: float, uniform_r50: float) -> float:
     """F4.3, "the ViT's fields become much more global midway" (px): the middle block's r50 minus half a
     uniform field's r50 (the paper gives no number; this course calls a field global from there on)."""
-    if float(uniform_r50) <= 0:  # 0 made the effect the radius itself
+    if not float(uniform_r50) > 0:  # 0 made the effect the radius itself, NaN made it NaN
         raise ValueError(f"uniform_r50 is a uniform field's r50 in px (> 0, helpers.receptive_fields.uniform_mass_radius), "
                          f"got {uniform_r50}.")
     return float(r50) - GLOBAL_SHARE * float(uniform_r50)
@@ -60,6 +62,9 @@ def midway(r50: float, uniform_r50: float) -> float:
 def centre_dependence(post_shares, uniform_share: float) -> float:
     """F4.4, "post-residual fields depend strongly on the centre patch": (blocks,) share of the
     post-attention field inside the centre patch, mean over blocks, minus a uniform field's share."""
+    if not 0 < float(uniform_share) <= 1:  # NaN made the effect NaN
+        raise ValueError(f"uniform_share is a uniform field's share inside the centre patch (above 0 and at most "
+                         f"1: 1 / grid ** 2 on a grid x grid of patches), got {uniform_share}.")
     return float(_values(post_shares, "post_shares").mean() - uniform_share)
 
 
@@ -91,6 +96,9 @@ def stage_first_shrink(branch_radii, firsts) -> float:
     """F4.7, "the ResNet's pre-residual fields shrink at each stage's first block" (px): (layers,) branch r50
     in depth order; the block before minus the stage's first block, mean over the stages `firsts`."""
     radii = _values(branch_radii, "branch_radii", 2)
-    if not firsts or min(firsts) < 1 or max(firsts) >= len(radii):
-        raise ValueError(f"firsts must index blocks 1..{len(radii) - 1} (each has a block before it), got {firsts}.")
+    whole = np.ndim(firsts) == 1 and all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in firsts)
+    # an array raised numpy's 'truth value ... ambiguous', 1.5 an IndexError, True counted as 1, a repeat twice
+    if not whole or len(firsts) == 0 or min(firsts) < 1 or max(firsts) >= len(radii) or len(set(firsts)) < len(firsts):
+        raise ValueError(f"firsts must be distinct block indices 1..{len(radii) - 1} (each has a block before it; "
+                         f"stage_firsts(labels) gives them), got {firsts!r}.")
     return float(np.mean([radii[i - 1] - radii[i] for i in firsts]))

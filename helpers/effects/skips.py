@@ -21,11 +21,23 @@ from statistics import NormalDist
 
 import numpy as np
 
+from helpers.guards import check_int
+
 BRANCHES = ("attn", "mlp")
+
+
+def _two_rows(values, name: str, least: int = 1) -> np.ndarray:
+    """values as a (2, blocks) array (row 0 attention, row 1 MLP) with at least `least` blocks."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 2 or len(values) != 2 or values.shape[1] < least:
+        raise ValueError(f"{name} must be (2, blocks) log10 ratios, row 0 attention and row 1 MLP, with at least {least} "
+                         f"block(s); got shape {values.shape}. Use log_ratios(ratios, tokens).")
+    return values
 
 
 def depth(k: int) -> np.ndarray:
     """(k,) relative depths of k blocks: the middle of each block's share of the network, in (0, 1)."""
+    k = check_int(k, "k", 1, "Give the number of blocks.")
     return (np.arange(k) + 0.5) / k
 
 
@@ -42,9 +54,14 @@ def resnet_log(per_image: np.ndarray, images=None) -> np.ndarray:
     per_image: (n, blocks) from helpers.residuals.resnet_image_ratios. An untrained timm ResNet's branches add
     exactly zero (each block's last BatchNorm starts at weight 0), so its ratios are inf: the log is inf too."""
     per_image = np.asarray(per_image, dtype=np.float64)
-    idx = np.arange(len(per_image)) if images is None else np.asarray(images)
+    if per_image.ndim != 2 or per_image.shape[1] < 1:
+        raise ValueError(f"per_image must be the (images, blocks) ratios of helpers.residuals.resnet_image_ratios, got "
+                         f"shape {per_image.shape}.")
+    chosen = per_image if images is None else per_image[np.asarray(images)]
+    if len(chosen) == 0:  # the mean of no images was NaN
+        raise ValueError(f"images selects none of the {len(per_image)} images: give at least one image index (None: all).")
     with np.errstate(divide="ignore"):
-        return np.log10(per_image[idx].mean(0))
+        return np.log10(chosen.mean(0))
 
 
 def margins(vit_log: np.ndarray, resnet_logs: np.ndarray) -> np.ndarray:
@@ -52,7 +69,9 @@ def margins(vit_log: np.ndarray, resnet_logs: np.ndarray) -> np.ndarray:
 
     vit_log: (2, blocks) from log_ratios(.., "spatial"); resnet_logs: (k,) from resnet_log. The ResNet's value
     is interpolated between its blocks at the ViT sublayer's relative depth (both networks on 0..1)."""
-    vit_log = np.asarray(vit_log, dtype=np.float64)
+    vit_log, resnet_logs = _two_rows(vit_log, "vit_log"), np.asarray(resnet_logs, dtype=np.float64)
+    if resnet_logs.ndim != 1 or len(resnet_logs) == 0:
+        raise ValueError(f"resnet_logs must be the (blocks,) log10 ratios of resnet_log, got shape {resnet_logs.shape}.")
     at_vit_depth = np.interp(depth(vit_log.shape[1]), depth(len(resnet_logs)), resnet_logs)
     return vit_log - at_vit_depth[None, :]
 
@@ -78,7 +97,10 @@ def phase_of(cls_log: np.ndarray, spatial_log: np.ndarray) -> float:
 
     > 0 only when both halves go the paper's way: early the CLS token is carried by the skip more than the
     spatial tokens (higher ratio), late it is changed more by the branches (lower ratio)."""
-    gap = (np.asarray(cls_log) - np.asarray(spatial_log)).mean(0)   # (blocks,)
+    cls_log, spatial_log = _two_rows(cls_log, "cls_log", 2), _two_rows(spatial_log, "spatial_log", 2)
+    if cls_log.shape != spatial_log.shape:  # numpy would broadcast one block against every other
+        raise ValueError(f"cls_log {cls_log.shape} and spatial_log {spatial_log.shape} must have the same blocks.")
+    gap = (cls_log - spatial_log).mean(0)   # (blocks,)
     half = len(gap) // 2
     return float(min(gap[:half].mean(), -gap[half:].mean()))
 
@@ -92,7 +114,7 @@ def late_change_of(cls_log: np.ndarray) -> float:
     """F5.3 from the CLS token's (2, blocks) log10 ratios (row 0 attention, row 1 MLP): the smaller of
     (its log ratio early minus late: > 0 when the CLS token changes less early than late) and
     (late, attention minus MLP: > 0 when the MLP branches change it more than the attention branches)."""
-    c = np.asarray(cls_log, dtype=np.float64)
+    c = _two_rows(cls_log, "cls_log", 2)  # one block left the early half empty: NaN
     half = c.shape[1] // 2
     return float(min(c[:, :half].mean() - c[:, half:].mean(), (c[0, half:] - c[1, half:]).mean()))
 
@@ -118,7 +140,10 @@ def partition_score(values: np.ndarray, at: int) -> float:
     > 0 when the matrix splits into blocks before and after `at`."""
     values = np.asarray(values, dtype=np.float64)
     n = len(values)
-    if not 0 < at < n:
+    if values.ndim != 2 or values.shape != (n, n) or n < 3:  # 2 x 2 had no pair inside a side: NaN
+        raise ValueError(f"values must be a square (L, L) CKA matrix with L >= 3, got shape {values.shape}.")
+    at = check_int(at, "at", 1, "Give a layer index, e.g. cut(labels, block).")
+    if not at < n:
         raise ValueError(f"the split {at} must leave layers on both sides of a {n} x {n} matrix.")
     side = np.arange(n) >= at
     within = (side[:, None] == side[None, :]) & ~np.eye(n, dtype=bool)
@@ -130,6 +155,9 @@ def partition_effect(noskip: np.ndarray, twin: np.ndarray, at: int) -> float:
     """F6.1, "removing the skips of block i splits the representations before and after block i": the partition
     score at the split of the model without block i's skips minus that of its intact twin (same recipe), both
     (L, L) CKA matrices. > 0 when the model without skips is more partitioned there than the intact one."""
+    if np.shape(noskip) != np.shape(twin):
+        raise ValueError(f"noskip {np.shape(noskip)} and twin {np.shape(twin)} must be CKA matrices over the same layers: "
+                         "the twin is the same recipe with its skips intact.")
     return partition_score(noskip, at) - partition_score(twin, at)
 
 
@@ -139,7 +167,19 @@ def accuracy_drop(twin: dict, noskip: dict, level: float = 0.9) -> tuple:
     test images (the two models' errors counted as independent).
 
     twin, noskip: model cards with 'test_accuracy' (a fraction) and 'test_images' (a count). Returns (points, half)."""
-    p, q = twin["test_accuracy"], noskip["test_accuracy"]
+    if not 0 < level < 1:
+        raise ValueError(f"level must be between 0 and 1 (0.9 for a 90% interval), got {level}.")
+    (p, n), (q, m) = _card(twin, "twin"), _card(noskip, "noskip")
     z = NormalDist().inv_cdf(0.5 + level / 2)
-    half = z * np.sqrt(p * (1 - p) / twin["test_images"] + q * (1 - q) / noskip["test_images"])
+    half = z * np.sqrt(p * (1 - p) / n + q * (1 - q) / m)
     return float(100 * (p - q)), float(100 * half)
+
+
+def _card(card: dict, name: str) -> tuple:
+    """(test accuracy, test images) of a model card, checked: a fraction 0-1 and a count >= 1."""
+    if not isinstance(card, dict) or not {"test_accuracy", "test_images"} <= set(card):
+        raise ValueError(f"{name} must be a model card with 'test_accuracy' and 'test_images' "
+                         f"(helpers.models.lite_card(name)), got {card!r}.")
+    if not 0 <= card["test_accuracy"] <= 1:  # 99 (percent) gave a drop of 400 points and a NaN half-width
+        raise ValueError(f"{name}['test_accuracy'] must be a fraction between 0 and 1, got {card['test_accuracy']}.")
+    return card["test_accuracy"], check_int(card["test_images"], f"{name}['test_images']", 1, "Give the number of test images.")

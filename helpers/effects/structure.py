@@ -32,6 +32,14 @@ def _square(values, name: str = "values") -> np.ndarray:
     values = np.asarray(values, dtype=np.float64)
     if values.ndim != 2 or values.shape[0] != values.shape[1] or len(values) < 2:
         raise ValueError(f"{name} must be a square (L, L) similarity matrix of one model with L >= 2, got shape {values.shape}.")
+    return _finite(values, name)
+
+
+def _finite(values: np.ndarray, name: str) -> np.ndarray:
+    """values, checked to hold no NaN or inf: a NaN made a mean NaN, and argmax read it as the best match."""
+    if not np.isfinite(values).all():
+        raise ValueError(f"{name} holds {int((~np.isfinite(values)).sum())} NaN or inf value(s): a similarity is finite. "
+                         "Compute the matrix again (helpers.compare, helpers.measures) and check the layers' outputs.")
     return values
 
 
@@ -88,7 +96,7 @@ def stages_of(rows, shift: int = 0) -> np.ndarray:
     for row in rows:
         if row == "stem":
             stages.append(0)
-        elif row.startswith("layer") and row[5:].split(".")[0].isdigit():
+        elif isinstance(row, str) and row.startswith("layer") and row[5:].split(".")[0].isdigit():
             stages.append(int(row[5:].split(".")[0]))
         else:
             raise ValueError(f"layer {row!r} is not a ResNet layer name ('stem' or 'layerS.J', as helpers.capture names them).")
@@ -119,8 +127,15 @@ def partition_score(values, stages) -> float:
     nearer in depth), which notebook 06 shows by moving every boundary (stages_of(rows, shift=1))."""
     values = _square(values)
     stages = np.asarray(stages)
+    if stages.shape != (len(values),):
+        raise ValueError(f"stages must hold one stage per layer, ({len(values)},) for a {values.shape} matrix, got shape "
+                         f"{stages.shape}. Use stages_of(rows).")
     same = stages[:, None] == stages[None, :]
-    return float(values[same & ~np.eye(len(values), dtype=bool)].mean() - values[~same].mean())
+    inside = same & ~np.eye(len(values), dtype=bool)
+    if not inside.any() or same.all():  # no pair inside a stage, or none across: the mean of none was NaN
+        raise ValueError("the partition score needs two layers in one stage and layers in different stages; the stages "
+                         f"given are {stages.tolist()}.")
+    return float(values[inside].mean() - values[~same].mean())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -131,7 +146,7 @@ def matched_depth(values) -> np.ndarray:
     values = np.asarray(values, dtype=np.float64)
     if values.ndim != 2 or values.shape[1] < 2:
         raise ValueError(f"values must be (ResNet layers, ViT blocks) with at least 2 columns, got shape {values.shape}.")
-    return values.argmax(axis=1) / (values.shape[1] - 1)
+    return _finite(values, "values").argmax(axis=1) / (values.shape[1] - 1)
 
 
 def climb(depth) -> float:
@@ -139,6 +154,8 @@ def climb(depth) -> float:
     depth = np.asarray(depth, dtype=np.float64)
     if depth.ndim != 1 or len(depth) == 0:
         raise ValueError(f"depth must be the (R,) matched depths of matched_depth, got shape {depth.shape}.")
+    if not np.isfinite(depth).all():  # NaN ranks were read as a climb
+        raise ValueError("depth holds NaN or inf values: give the matched depths of matched_depth(values), each in [0, 1].")
     if np.ptp(depth) == 0:
         return 0.0  # no ranking to correlate: counted as no climb
     return spearman(np.arange(len(depth)), depth)
@@ -157,7 +174,7 @@ def cross_model_effects(values) -> dict:
     values = np.asarray(values, dtype=np.float64)
     if values.ndim != 2 or min(values.shape) < 2 or values.shape[1] < 3:
         raise ValueError(f"values must be (ResNet layers, ViT blocks), at least 2 rows and 3 columns, got shape {values.shape}.")
-    depth = matched_depth(values)
+    depth = matched_depth(values)  # refuses NaN, which argmax and max would read as the best match
     lower_half = depth[: (len(depth) + 1) // 2]
     best_per_block = values.max(axis=0)
     third = -(-len(best_per_block) // 3)  # the final third of the ViT's blocks (2 of 6, 4 of 12)
