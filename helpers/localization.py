@@ -358,11 +358,20 @@ def localization_maps(tokens, patches, debiased: bool = True, chunk: int = 16, f
 # --------------------------------------------------------------------------- turning a heatmap into numbers
 
 
-def position_kinds(grid) -> np.ndarray:
-    """(rows*cols,) labels 'corner', 'edge' or 'interior' for each grid position, row-major."""
-    rows, cols = grid
+def check_grid(grid) -> tuple:
+    """grid as (rows, cols) of whole numbers >= 1; 8 or (8.0, 8) raised Python's unpacking or indexing errors."""
+    if not isinstance(grid, (tuple, list, np.ndarray)) or np.shape(grid) != (2,) or not all(
+            isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in grid):
+        raise TypeError(f"grid must be (rows, cols), two whole numbers (a Tokens' .grid, e.g. (8, 8)), got {grid!r}.")
+    rows, cols = int(grid[0]), int(grid[1])
     if rows < 1 or cols < 1:
         raise ValueError(f"A grid needs at least 1x1 positions, got {rows}x{cols} (a Tokens' .grid, e.g. (8, 8)).")
+    return rows, cols
+
+
+def position_kinds(grid) -> np.ndarray:
+    """(rows*cols,) labels 'corner', 'edge' or 'interior' for each grid position, row-major."""
+    rows, cols = check_grid(grid)
     r, c = np.divmod(np.arange(rows * cols), cols)
     on_row, on_col = (r == 0) | (r == rows - 1), (c == 0) | (c == cols - 1)
     return np.where(on_row & on_col, "corner", np.where(on_row | on_col, "edge", "interior"))
@@ -381,8 +390,9 @@ def localization_scores(maps, grid) -> dict:
                 (the paper: edge tokens are similar to other edge positions).
     and kinds: 'corner' / 'edge' / 'interior' per token.
     """
+    rows, cols = check_grid(grid)
     M = torch.as_tensor(maps, dtype=torch.float64).cpu()
-    T = int(grid[0] * grid[1])
+    T = rows * cols
     if M.shape != (T, T):
         raise ValueError(f"maps must be (tokens, patches) on the same grid {tuple(grid)}, i.e. ({T}, {T}); got {tuple(M.shape)}.")
     if not torch.isfinite(M).all():

@@ -431,6 +431,10 @@ def test_summaries_refuse_inputs_that_gave_a_silent_number():
         localization.localization_scores(maps * float("nan"), (2, 2))
     with pytest.raises(ValueError, match="1x1"):
         localization.position_kinds((0, 3))
+    for grid in (2, (2.0, 2), (2, 2, 1), "22", (True, 2)):  # raw unpacking/indexing errors, or True read as 1
+        with pytest.raises(TypeError, match="grid must be"):
+            localization.localization_scores(maps, grid)
+    assert localization.localization_scores(maps, np.array([2, 2]))["own"].shape == (4,)
     # probes: no validation image per class ended in numpy's IndexError
     x, y = torch.randn(20, 5), np.repeat(np.arange(4), 5)
     with pytest.raises(ValueError, match="val_per_class"):
