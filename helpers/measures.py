@@ -187,7 +187,7 @@ def spearman(a, b) -> float:
     ra, rb = ra - ra.mean(), rb - rb.mean()
     denominator = math.sqrt((ra @ ra) * (rb @ rb))
     if denominator == 0:
-        raise ValueError("one RDM has all pairs equally far apart (every rank tied): the rank correlation is undefined.")
+        raise ValueError("one of the two arrays has every value tied (all ranks equal): the rank correlation is undefined.")
     return float(ra @ rb / denominator)
 
 
@@ -195,7 +195,10 @@ def rsa(X, Y, dissimilarity: str = "euclidean") -> float:
     """Spearman correlation of the two RDMs' upper triangles: X (n, p1), Y (n, p2), n >= 3 -> [-1, 1]."""
     X, Y = _pair(X, Y, 3)
     upper = np.triu_indices(len(X), k=1)
-    return spearman(rdm(X, dissimilarity)[upper], rdm(Y, dissimilarity)[upper])
+    a, b = rdm(X, dissimilarity)[upper], rdm(Y, dissimilarity)[upper]
+    if np.ptp(a) == 0 or np.ptp(b) == 0:  # spearman would refuse it in words about arrays, not examples
+        raise ValueError("one RDM has all pairs equally far apart (every rank tied): RSA is undefined. Check the layer.")
+    return spearman(a, b)
 
 
 # --------------------------------------------------------------------------- mutual k-nearest neighbours

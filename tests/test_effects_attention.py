@@ -97,7 +97,9 @@ def test_bad_input_to_the_attention_effects_is_named():
               (lambda: fx.head_groups([1.0, np.nan, 3.0, 4.0], 2), ValueError, "distances holds 1 NaN"),
               (lambda: fx.local_minus_global([np.nan, 2.0, 3.0], np.ones((3, 2))), ValueError, "group_distance holds"),
               (lambda: fx.falls([1.0, 2.0, 3.0], [[0.5, 0.2], [np.nan, 0.1], [0.0, 0.0]]), ValueError, "values holds"),
-              (lambda: fx.local_minus_global([1.0, 2.0, 3.0], np.ones((3, 0))), ValueError, ">= 1 layer")]
+              (lambda: fx.local_minus_global([1.0, 2.0, 3.0], np.ones((3, 0))), ValueError, ">= 1 layer"),
+              # groups all at one distance: the error spoke of an RDM (measures.spearman's words for RSA)
+              (lambda: fx.falls([2.0, 2.0, 2.0], np.eye(3)), ValueError, "same mean distance")]
     for call, error, message in checks:
         with pytest.raises(error, match=message):
             call()

@@ -229,6 +229,8 @@ def test_bad_input_the_measures_used_to_take_silently_or_with_a_raw_error():
             knn_matrix(X @ X.T, k)
     with pytest.raises(ValueError, match="at least 12"):
         knn_matrix(X[:8] @ X[:8].T, 10)
+    with pytest.raises(ValueError, match="RSA is undefined"):  # the corners of a simplex: every pair equally far apart
+        rsa(np.eye(5), X[:5])
     with pytest.raises(ValueError, match="NaN"):
         knn_matrix(np.full((20, 20), np.nan), 2)
     same_direction = np.outer(np.arange(1.0, len(X) + 1), X[0])  # every row a positive multiple of one row

@@ -131,6 +131,9 @@ def falls(group_distance, values) -> float:
     +1 when CKA falls at every step, 0 when it does not follow distance, -1 when it rises. (The course prints
     this effect, never the correlation itself, so one sign convention holds throughout.)"""
     distance, mean = _groups(group_distance, values)
+    if np.ptp(distance) == 0 or np.ptp(mean) == 0:  # no ranking to correlate; spearman's own error spoke of arrays
+        raise ValueError("every head group has the same mean distance, or the same mean CKA: whether CKA falls with "
+                         "distance is undefined. Use groups of heads with different distances (head_groups).")
     return -spearman(distance, mean)
 
 
