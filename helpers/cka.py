@@ -29,10 +29,18 @@ def as_float64_tensor(A, what: str = "features") -> torch.Tensor:
         return A.detach().to(torch.float64)
     if isinstance(A, np.ndarray) or np.isscalar(A) or isinstance(A, (list, tuple)):
         refuse_masked(A, what)
-        A = np.asarray(A)
+        try:
+            A = np.asarray(A)
+        except ValueError:  # a ragged list: numpy's "inhomogeneous shape"
+            raise TypeError(f"{what} is a ragged list (rows of different lengths): give one row of the same number of "
+                            "features per example, as a numpy array or a torch tensor.") from None
         if np.iscomplexobj(A):  # float64 would drop the imaginary parts with only a warning
             raise TypeError(f"{what} holds complex values; CKA and the other measures compare real features. Pass {what}.real or abs({what}).")
-        return torch.as_tensor(A.astype(np.float64))
+        try:
+            return torch.as_tensor(A.astype(np.float64))
+        except (TypeError, ValueError):  # strings, ragged lists: numpy's "could not convert string to float"
+            raise TypeError(f"{what} holds values that are not numbers ({A.dtype}): give numeric features "
+                            "(examples x features), e.g. the activations of a layer.") from None
     raise TypeError(f"{what} must be a numpy array or a torch tensor, got {type(A).__name__}.")
 
 

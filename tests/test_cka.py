@@ -166,6 +166,16 @@ def test_complex_features_are_refused_not_silently_made_real(kornblith_xy):
             C.linear_cka(complex_x, Y)
 
 
+def test_features_that_are_not_numbers_are_named(kornblith_xy):
+    """Strings and ragged lists raised numpy's 'could not convert string to float' or 'inhomogeneous shape'."""
+    X, Y = kornblith_xy
+    with pytest.raises(TypeError, match="not numbers"):
+        C.linear_cka(np.array([["a", "b"]] * len(Y)), Y)
+    with pytest.raises(TypeError, match="ragged list"):
+        C.linear_cka([[1.0, 2.0], [3.0]] + [[1.0, 2.0]] * (len(Y) - 2), Y)
+    assert C.linear_cka(X.tolist(), Y) == pytest.approx(C.linear_cka(X, Y), abs=1e-15)  # a list of numbers is fine
+
+
 def test_no_clamping_debiased_cka_can_leave_0_1():
     """Debiased CKA of small independent samples is sometimes negative: we report it, never clip."""
     rng = np.random.default_rng(4)
