@@ -38,7 +38,7 @@ def as_float64_tensor(A, what: str = "features") -> torch.Tensor:
             raise TypeError(f"{what} holds complex values; CKA and the other measures compare real features. Pass {what}.real or abs({what}).")
         try:
             return torch.as_tensor(A.astype(np.float64))
-        except (TypeError, ValueError):  # strings, ragged lists: numpy's "could not convert string to float"
+        except (TypeError, ValueError):  # strings or objects: numpy's "could not convert string to float"
             raise TypeError(f"{what} holds values that are not numbers ({A.dtype}): give numeric features "
                             "(examples x features), e.g. the activations of a layer.") from None
     raise TypeError(f"{what} must be a numpy array or a torch tensor, got {type(A).__name__}.")

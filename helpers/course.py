@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from helpers.guards import check_int
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = REPO_ROOT / "data"
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
@@ -47,8 +49,6 @@ def torch_threads(n: int):
 
 def seed_everything(seed: int = 0) -> None:
     """Seed Python, numpy and torch so that a notebook gives the same numbers on every run."""
-    from helpers.guards import check_int
-
     if check_int(seed, "seed", 0, "Give a whole number, e.g. course.start(seed=0).") >= 2 ** 32:  # numpy's limit
         raise ValueError(f"seed must be below 2**32 (numpy's limit), got {seed}.")
     random.seed(seed)

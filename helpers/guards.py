@@ -31,6 +31,15 @@ def check_int(value, name: str, minimum: int, hint: str = "") -> int:
     return int(value)
 
 
+def check_finite_array(values, name: str, redo: str) -> np.ndarray:
+    """`values` as a float64 array with no NaN or inf. Summaries of similarities or distances need it: a NaN makes a
+    mean NaN, and argmax/argmin/argsort read it as the largest or the smallest. `redo`: how to compute them again."""
+    values = np.asarray(values, dtype=np.float64)
+    if not np.isfinite(values).all():
+        raise ValueError(f"{name} holds {int((~np.isfinite(values)).sum())} NaN or inf value(s): {redo}")
+    return values
+
+
 def check_flag(value, name: str) -> bool:
     """A True/False option: a string such as 'no' would count as True, so only real booleans pass."""
     if not isinstance(value, (bool, np.bool_)):

@@ -260,7 +260,7 @@ def resnet_image_ratios(model, images) -> tuple:
                     z, f = rec.norms[("z", name)], rec.norms[("f", name)]
                     if z.shape != f.shape:
                         raise RuntimeError(f"{name}: shortcut {tuple(z.shape)} and branch {tuple(f.shape)} differ.")
-                    if not (torch.isfinite(z).all() and not torch.isnan(f).any()):  # as vit_norm_ratios: not a NaN ratio
+                    if not torch.isfinite(z).all() or torch.isnan(f).any():  # as vit_norm_ratios: not a NaN ratio (f = 0 gives inf)
                         raise ValueError(f"{name} produced NaN or inf values for these images: no ratio can be computed. "
                                          "Check the model's weights and the inputs.")
                     columns.append((z / f).mean(1))

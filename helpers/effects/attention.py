@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from helpers.guards import check_int
+from helpers.guards import check_finite_array, check_int
 from helpers.measures import spearman
 
 LOCAL_FRACTION = 0.6    # a head is local below 60% of the uniform distance (the course's definition)
@@ -41,10 +41,8 @@ def _table(table, name: str = "table") -> np.ndarray:
 
 
 def _refuse_non_finite(values: np.ndarray, name: str) -> None:
-    """A NaN distance or CKA made the effect NaN, or (argmin, argsort) was read as the smallest or the largest."""
-    if not np.isfinite(values).all():
-        raise ValueError(f"{name} holds {int((~np.isfinite(values)).sum())} NaN or inf value(s): compute it again "
-                         "(helpers.attention for distances, helpers.compare for CKA) and check the model's outputs.")
+    check_finite_array(values, name, "compute it again (helpers.attention for distances, helpers.compare for CKA) and "
+                       "check the model's outputs.")
 
 
 def thresholds(uniform: float) -> tuple:

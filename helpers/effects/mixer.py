@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from helpers.guards import check_finite_array
+
 
 def _finite(values, name: str) -> np.ndarray:
-    """values as a float array, a 2-D one checked to hold no NaN or inf (CKA is always finite)."""
-    values = np.asarray(values, dtype=np.float64)
-    if values.ndim == 2 and not np.isfinite(values).all():  # a NaN lost every comparison of splits, or made a mean NaN
-        raise ValueError(f"{name} holds {int((~np.isfinite(values)).sum())} NaN or inf value(s), where CKA is finite: "
-                         "compute the matrix again (helpers.compare) and check the layers' outputs.")
-    return values
+    """values as a float array with no NaN or inf (a NaN lost every comparison of splits, or made a mean NaN)."""
+    return check_finite_array(values, name, "CKA is finite. Compute the matrix again (helpers.compare) and check the "
+                              "layers' outputs.")
 
 
 def block_structure(values) -> dict:

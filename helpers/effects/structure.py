@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from helpers.guards import check_finite_array
 from helpers.measures import spearman
 
 QUARTER = 0.25                  # F1.5: "about the lowest quarter" of the ViT's layers
@@ -37,10 +38,8 @@ def _square(values, name: str = "values") -> np.ndarray:
 
 def _finite(values: np.ndarray, name: str) -> np.ndarray:
     """values, checked to hold no NaN or inf: a NaN made a mean NaN, and argmax read it as the best match."""
-    if not np.isfinite(values).all():
-        raise ValueError(f"{name} holds {int((~np.isfinite(values)).sum())} NaN or inf value(s): a similarity is finite. "
-                         "Compute the matrix again (helpers.compare, helpers.measures) and check the layers' outputs.")
-    return values
+    return check_finite_array(values, name, "a similarity is finite. Compute the matrix again (helpers.compare, "
+                              "helpers.measures) and check the layers' outputs.")
 
 
 # ---------------------------------------------------------------------------------------------
